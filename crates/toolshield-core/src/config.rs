@@ -1,0 +1,135 @@
+//! Configuration errors shared by every layer: a `validate()` returns every problem at
+//! once, each with the path of the field it is about.
+
+use std::fmt;
+
+/// One problem in a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// The dotted path of the field, e.g. `tools.weather.retry.jitter`.
+    pub field: String,
+    /// What is wrong, e.g. `min 900ms > max 500ms`.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Every problem found in a configuration. Never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    problems: Vec<ConfigProblem>,
+}
+
+impl ConfigError {
+    /// The problems, in the order they were found.
+    pub fn problems(&self) -> &[ConfigProblem] {
+        &self.problems
+    }
+
+    /// Prefixes every field path with `prefix.` (to nest a layer's config in a larger one).
+    pub fn prefixed(mut self, prefix: &str) -> Self {
+        for p in &mut self.problems {
+            p.field = if p.field.is_empty() {
+                prefix.to_owned()
+            } else {
+                format!("{prefix}.{}", p.field)
+            };
+        }
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(
+            f,
+            "invalid configuration: {n} problem{}",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Collects problems while validating.
+///
+/// ```
+/// use toolshield_core::config::Problems;
+///
+/// let (min, max) = (900, 500);
+/// let mut problems = Problems::new();
+/// problems.check(min <= max, "retry.jitter", format_args!("min {min}ms > max {max}ms"));
+/// problems.check(3 > 0, "retry.max_attempts", "must be at least 1");
+/// let err = problems.into_result().unwrap_err();
+/// assert_eq!(err.problems().len(), 1);
+/// assert_eq!(err.to_string(), "invalid configuration: 1 problem\n  - retry.jitter: min 900ms > max 500ms");
+/// ```
+#[derive(Debug, Default)]
+pub struct Problems {
+    problems: Vec<ConfigProblem>,
+}
+
+impl Problems {
+    /// No problems yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a problem at `field` unless `ok` holds.
+    pub fn check(&mut self, ok: bool, field: impl Into<String>, message: impl fmt::Display) {
+        if !ok {
+            self.push(field, message);
+        }
+    }
+
+    /// Records a problem at `field`.
+    pub fn push(&mut self, field: impl Into<String>, message: impl fmt::Display) {
+        self.problems.push(ConfigProblem {
+            field: field.into(),
+            message: message.to_string(),
+        });
+    }
+
+    /// Adds the problems of a nested config under `prefix`.
+    pub fn extend(&mut self, prefix: &str, nested: Result<(), ConfigError>) {
+        if let Err(e) = nested {
+            self.problems.extend(e.prefixed(prefix).problems);
+        }
+    }
+
+    /// Whether nothing was found.
+    pub fn is_empty(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// `Ok` when nothing was found, else every problem.
+    pub fn into_result(self) -> Result<(), ConfigError> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError {
+                problems: self.problems,
+            })
+        }
+    }
+}
+
+/// Serde for `Duration` as human-readable text (`"30s"`, `"500ms"`, `"1h"`), for config
+/// files: `#[serde(with = "toolshield_core::config::duration")]`.
+pub mod duration {
+    pub use humantime_serde::{deserialize, serialize};
+
+    /// The same for `Option<Duration>`.
+    pub mod option {
+        pub use humantime_serde::option::{deserialize, serialize};
+    }
+}

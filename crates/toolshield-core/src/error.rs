@@ -1,0 +1,370 @@
+use std::borrow::Cow;
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The closed set of canonical error codes.
+///
+/// Each kind has a stable string ([`ErrorKind::code`]) that appears in metrics, logs,
+/// the [`ToolResult`](crate::ToolResult) envelope and the admin API, and knows whether
+/// it may be retried ([`ErrorKind::is_retriable`]) and whether it counts as a failure
+/// for a circuit breaker ([`ErrorKind::counts_for_breaker`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The attempt or the whole call ran out of time.
+    Timeout,
+    /// The tool refused the call for now (HTTP 429).
+    RateLimited,
+    /// The circuit breaker for the tool is open; the tool was not called.
+    CircuitOpen,
+    /// The caller cancelled the call.
+    Cancelled,
+    /// The arguments are wrong; calling again with the same arguments will fail again.
+    InvalidInput,
+    /// The credentials are missing or refused.
+    Unauthorized,
+    /// The tool, or what it was asked for, does not exist.
+    NotFound,
+    /// The tool could not be reached.
+    ConnectionFailed,
+    /// The tool answered that it is unavailable (HTTP 502, 503, 504).
+    UpstreamUnavailable,
+    /// The tool ran and failed.
+    ExecutionFailed,
+    /// Another call with the same idempotency key is still running.
+    InProgress,
+    /// The idempotency key was used before with another payload.
+    IdempotencyKeyReused,
+    /// A mutating call was sent but its result was lost; it may or may not have happened.
+    OutcomeUnknown,
+    /// A store (idempotency, cache) could not be reached.
+    StoreUnavailable,
+    /// A defect inside toolshield.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ErrorKind; 15] = [
+        ErrorKind::Timeout,
+        ErrorKind::RateLimited,
+        ErrorKind::CircuitOpen,
+        ErrorKind::Cancelled,
+        ErrorKind::InvalidInput,
+        ErrorKind::Unauthorized,
+        ErrorKind::NotFound,
+        ErrorKind::ConnectionFailed,
+        ErrorKind::UpstreamUnavailable,
+        ErrorKind::ExecutionFailed,
+        ErrorKind::InProgress,
+        ErrorKind::IdempotencyKeyReused,
+        ErrorKind::OutcomeUnknown,
+        ErrorKind::StoreUnavailable,
+        ErrorKind::Internal,
+    ];
+
+    /// The stable code, e.g. `RATE_LIMITED`.
+    pub const fn code(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "TIMEOUT",
+            ErrorKind::RateLimited => "RATE_LIMITED",
+            ErrorKind::CircuitOpen => "CIRCUIT_OPEN",
+            ErrorKind::Cancelled => "CANCELLED",
+            ErrorKind::InvalidInput => "INVALID_INPUT",
+            ErrorKind::Unauthorized => "UNAUTHORIZED",
+            ErrorKind::NotFound => "NOT_FOUND",
+            ErrorKind::ConnectionFailed => "CONNECTION_FAILED",
+            ErrorKind::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
+            ErrorKind::ExecutionFailed => "EXECUTION_FAILED",
+            ErrorKind::InProgress => "IN_PROGRESS",
+            ErrorKind::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
+            ErrorKind::OutcomeUnknown => "OUTCOME_UNKNOWN",
+            ErrorKind::StoreUnavailable => "STORE_UNAVAILABLE",
+            ErrorKind::Internal => "INTERNAL",
+        }
+    }
+
+    /// Parses a stable code back into its kind.
+    pub fn from_code(code: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.code() == code)
+    }
+
+    /// Whether calling again may succeed: timeouts, rate limits, connection failures and
+    /// upstream unavailability. Everything else fails the same way when repeated, or must
+    /// not be repeated (`OUTCOME_UNKNOWN`).
+    pub const fn is_retriable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Timeout
+                | ErrorKind::RateLimited
+                | ErrorKind::ConnectionFailed
+                | ErrorKind::UpstreamUnavailable
+        )
+    }
+
+    /// Whether this error says something about the tool's health, so a circuit breaker
+    /// counts it as a failure. Client errors, cancellations and toolshield's own
+    /// rejections never count; `RATE_LIMITED` and `UNAUTHORIZED` do.
+    pub const fn counts_for_breaker(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Timeout
+                | ErrorKind::RateLimited
+                | ErrorKind::Unauthorized
+                | ErrorKind::ConnectionFailed
+                | ErrorKind::UpstreamUnavailable
+                | ErrorKind::ExecutionFailed
+        )
+    }
+
+    /// The short sentence a language model reads about a failed call of `tool`.
+    pub fn for_model(self, tool: &str) -> String {
+        match self {
+            ErrorKind::Timeout => format!("The tool `{tool}` took too long to answer. Try again later, or continue without it."),
+            ErrorKind::RateLimited => format!("The tool `{tool}` is rate limited. Wait before calling it again."),
+            ErrorKind::CircuitOpen => format!("The tool `{tool}` is unavailable right now. Use another approach or another tool."),
+            ErrorKind::Cancelled => format!("The call to `{tool}` was cancelled. Do not retry it unless asked to."),
+            ErrorKind::InvalidInput => format!("The arguments for `{tool}` are invalid. Fix the arguments and call it again."),
+            ErrorKind::Unauthorized => format!("Access to `{tool}` was refused. Do not retry; ask the user to check the credentials."),
+            ErrorKind::NotFound => format!("The tool `{tool}` or the thing it was asked for does not exist. Check the name and arguments."),
+            ErrorKind::ConnectionFailed => format!("The tool `{tool}` could not be reached. Try again later, or use another tool."),
+            ErrorKind::UpstreamUnavailable => format!("The service behind `{tool}` is unavailable. Try again later, or use another tool."),
+            ErrorKind::ExecutionFailed => format!("The tool `{tool}` failed. Check the arguments, or use another approach."),
+            ErrorKind::InProgress => format!("The same call to `{tool}` is still running. Wait for it instead of calling again."),
+            ErrorKind::IdempotencyKeyReused => format!("The idempotency key for `{tool}` was already used with other arguments. Use a new key for a new action."),
+            ErrorKind::OutcomeUnknown => format!("The call to `{tool}` may or may not have taken effect. Check its effect before calling again."),
+            ErrorKind::StoreUnavailable => format!("The tool `{tool}` cannot be called safely right now. Try again later."),
+            ErrorKind::Internal => format!("The call to `{tool}` failed inside the tool layer. Try again later, or use another approach."),
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// The one error type of the stack.
+///
+/// Cheap to clone (the source is behind an `Arc`), so a cache, a single-flight group or
+/// an idempotency record can hand the same error to many callers.
+#[derive(Clone)]
+pub struct ToolError {
+    kind: ErrorKind,
+    message: Cow<'static, str>,
+    retry_after: Option<Duration>,
+    attempts: u32,
+    elapsed: Option<Duration>,
+    source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
+}
+
+impl ToolError {
+    /// An error of `kind` with a short lowercase message.
+    pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
+        ToolError {
+            kind,
+            message: message.into(),
+            retry_after: None,
+            attempts: 0,
+            elapsed: None,
+            source: None,
+        }
+    }
+
+    /// `TIMEOUT`.
+    pub fn timeout(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Timeout, message)
+    }
+
+    /// `CANCELLED`.
+    pub fn cancelled(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Cancelled, message)
+    }
+
+    /// `INVALID_INPUT`.
+    pub fn invalid_input(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::InvalidInput, message)
+    }
+
+    /// `RATE_LIMITED`, with the wait the tool asked for, if it said.
+    pub fn rate_limited(message: impl Into<Cow<'static, str>>, retry_after: Option<Duration>) -> Self {
+        let mut e = Self::new(ErrorKind::RateLimited, message);
+        e.retry_after = retry_after;
+        e
+    }
+
+    /// `EXECUTION_FAILED`.
+    pub fn execution_failed(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::ExecutionFailed, message)
+    }
+
+    /// `INTERNAL`.
+    pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
+    /// Wraps another error as `kind`, keeping it as the [`source`](StdError::source).
+    pub fn from_source<E>(kind: ErrorKind, source: E) -> Self
+    where
+        E: StdError + Send + Sync + 'static,
+    {
+        let message = source.to_string();
+        Self::new(kind, message).with_source(source)
+    }
+
+    /// Sets the source error.
+    pub fn with_source<E>(mut self, source: E) -> Self
+    where
+        E: StdError + Send + Sync + 'static,
+    {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// Sets how long the caller should wait before calling again.
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// Records how many attempts were made before this error was returned.
+    pub fn with_attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    /// Records how long the call ran before this error was returned.
+    pub fn with_elapsed(mut self, elapsed: Duration) -> Self {
+        self.elapsed = Some(elapsed);
+        self
+    }
+
+    /// The canonical kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The stable code of the kind.
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
+    }
+
+    /// The message, without the code.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// How long to wait before calling again, when the tool or a layer said so.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The attempts made before this error (0 when no layer recorded it).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// How long the call ran, when a layer recorded it.
+    pub fn elapsed(&self) -> Option<Duration> {
+        self.elapsed
+    }
+
+    /// Shorthand for `self.kind().is_retriable()`.
+    pub fn is_retriable(&self) -> bool {
+        self.kind.is_retriable()
+    }
+
+    /// Shorthand for `self.kind().counts_for_breaker()`.
+    pub fn counts_for_breaker(&self) -> bool {
+        self.kind.counts_for_breaker()
+    }
+
+    /// The short, actionable text a language model reads about this failure of `tool`.
+    ///
+    /// It never contains the raw message (which may hold upstream details); a rate limit
+    /// with a known wait says how long.
+    pub fn for_model(&self, tool: &str) -> String {
+        match (self.kind, self.retry_after) {
+            (ErrorKind::RateLimited, Some(wait)) => format!(
+                "The tool `{tool}` is rate limited. Wait {} seconds before calling it again.",
+                wait.as_secs().max(1)
+            ),
+            (kind, _) => kind.for_model(tool),
+        }
+    }
+}
+
+impl fmt::Debug for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ToolError");
+        d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(r) = self.retry_after {
+            d.field("retry_after", &r);
+        }
+        if self.attempts > 0 {
+            d.field("attempts", &self.attempts);
+        }
+        if let Some(source) = &self.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.code(), self.message)
+    }
+}
+
+impl StdError for ToolError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+impl From<std::io::Error> for ToolError {
+    fn from(e: std::io::Error) -> Self {
+        use std::io::ErrorKind as Io;
+        let kind = match e.kind() {
+            Io::TimedOut => ErrorKind::Timeout,
+            Io::ConnectionRefused
+            | Io::ConnectionReset
+            | Io::ConnectionAborted
+            | Io::NotConnected
+            | Io::BrokenPipe
+            | Io::AddrNotAvailable
+            | Io::UnexpectedEof => ErrorKind::ConnectionFailed,
+            Io::NotFound => ErrorKind::NotFound,
+            Io::PermissionDenied => ErrorKind::Unauthorized,
+            Io::InvalidInput | Io::InvalidData => ErrorKind::InvalidInput,
+            Io::Interrupted => ErrorKind::Cancelled,
+            _ => ErrorKind::ExecutionFailed,
+        };
+        ToolError::from_source(kind, e)
+    }
+}
+
+impl From<serde_json::Error> for ToolError {
+    fn from(e: serde_json::Error) -> Self {
+        ToolError::from_source(ErrorKind::InvalidInput, e)
+    }
+}
+
+impl From<tokio::time::error::Elapsed> for ToolError {
+    fn from(e: tokio::time::error::Elapsed) -> Self {
+        ToolError::from_source(ErrorKind::Timeout, e)
+    }
+}
+
+impl From<std::convert::Infallible> for ToolError {
+    fn from(e: std::convert::Infallible) -> Self {
+        match e {}
+    }
+}

@@ -1,0 +1,303 @@
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use http::Extensions;
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::canonical::{cache_key_from_digest, payload_digest, Digest};
+use crate::{CallKind, ToolError};
+
+/// Who asked for a call and under which trace: shared by every clone of a request.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RequestMeta {
+    /// The caller (an agent, a user, a tenant); namespaces cache and idempotency keys.
+    pub caller_id: Option<Arc<str>>,
+    /// The distributed trace this call belongs to.
+    pub trace_id: Option<Arc<str>>,
+    /// The agent run this call belongs to.
+    pub run_id: Option<Arc<str>>,
+    /// When the logical call was created (wall clock).
+    pub started_at: DateTime<Utc>,
+}
+
+/// The payload and its digest, computed at most once for every clone of the request.
+struct Payload {
+    value: Value,
+    digest: OnceLock<Result<Digest, ToolError>>,
+}
+
+/// A call of a tool: what to call, with what, of which side-effect class, under which
+/// trace, cancellable, with an optional deadline.
+///
+/// Cloning is cheap: the payload and metadata sit behind `Arc`s, so retry, cache and
+/// idempotency layers hold copies without copying the payload. The canonical payload
+/// digest ([`payload_digest`](ToolRequest::payload_digest)) is computed once and shared
+/// by every clone.
+///
+/// # Cancellation
+///
+/// A request carries two tokens. The *call token* ([`call_token`](ToolRequest::call_token))
+/// belongs to the caller: cancelling it cancels the whole call. The *attempt token*
+/// ([`attempt_token`](ToolRequest::attempt_token)) is a child of it and is what the tool
+/// should watch: a timeout or a dropped attempt cancels it without touching the caller's
+/// token, and each retry gets a fresh one.
+///
+/// ```
+/// use serde_json::json;
+/// use toolshield_core::{CallKind, ToolRequest};
+///
+/// let req = ToolRequest::new("weather", json!({"city": "Paris"}))
+///     .kind(CallKind::ReadOnly)
+///     .caller("agent-7")
+///     .trace_id("trace-1");
+/// assert_eq!(req.tool(), "weather");
+/// assert_eq!(req.meta().caller_id.as_deref(), Some("agent-7"));
+/// ```
+pub struct ToolRequest {
+    tool: Arc<str>,
+    payload: Arc<Payload>,
+    kind: CallKind,
+    idempotency_key: Option<Arc<str>>,
+    execution_id: Uuid,
+    attempt: u32,
+    meta: Arc<RequestMeta>,
+    cancel: CancellationToken,
+    attempt_token: CancellationToken,
+    deadline: Option<Instant>,
+    extensions: Extensions,
+}
+
+impl ToolRequest {
+    /// A call of `tool` with `payload`, of kind [`CallKind::Mutating`] until told otherwise.
+    pub fn new(tool: impl Into<Arc<str>>, payload: Value) -> Self {
+        let cancel = CancellationToken::new();
+        let attempt_token = cancel.child_token();
+        ToolRequest {
+            tool: tool.into(),
+            payload: Arc::new(Payload {
+                value: payload,
+                digest: OnceLock::new(),
+            }),
+            kind: CallKind::default(),
+            idempotency_key: None,
+            execution_id: Uuid::new_v4(),
+            attempt: 1,
+            meta: Arc::new(RequestMeta {
+                caller_id: None,
+                trace_id: None,
+                run_id: None,
+                started_at: Utc::now(),
+            }),
+            cancel,
+            attempt_token,
+            deadline: None,
+            extensions: Extensions::new(),
+        }
+    }
+
+    // ----- builder -----
+
+    /// Sets the side-effect class.
+    pub fn kind(mut self, kind: CallKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Sets the caller id.
+    pub fn caller(mut self, caller_id: impl Into<Arc<str>>) -> Self {
+        Arc::make_mut(&mut self.meta).caller_id = Some(caller_id.into());
+        self
+    }
+
+    /// Sets the trace id.
+    pub fn trace_id(mut self, trace_id: impl Into<Arc<str>>) -> Self {
+        Arc::make_mut(&mut self.meta).trace_id = Some(trace_id.into());
+        self
+    }
+
+    /// Sets the run id.
+    pub fn run_id(mut self, run_id: impl Into<Arc<str>>) -> Self {
+        Arc::make_mut(&mut self.meta).run_id = Some(run_id.into());
+        self
+    }
+
+    /// Sets the idempotency key (for `Mutating` calls: what makes them safe to retry).
+    pub fn idempotency_key(mut self, key: impl Into<Arc<str>>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Uses the caller's cancellation token; the tool will see a child of it.
+    pub fn cancel_token(mut self, token: CancellationToken) -> Self {
+        self.attempt_token = token.child_token();
+        self.cancel = token;
+        self
+    }
+
+    /// Sets a deadline for the whole call.
+    pub fn deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Adds a typed extension.
+    pub fn extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+
+    // ----- accessors -----
+
+    /// The tool name.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The tool name, shared.
+    pub fn tool_arc(&self) -> &Arc<str> {
+        &self.tool
+    }
+
+    /// The payload (the tool's arguments).
+    pub fn payload(&self) -> &Value {
+        &self.payload.value
+    }
+
+    /// The side-effect class.
+    pub fn call_kind(&self) -> CallKind {
+        self.kind
+    }
+
+    /// The idempotency key, given or derived.
+    pub fn get_idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
+    }
+
+    /// Sets (or clears) the idempotency key in place; the idempotency layer uses this to
+    /// attach a derived key.
+    pub fn set_idempotency_key(&mut self, key: Option<Arc<str>>) {
+        self.idempotency_key = key;
+    }
+
+    /// The id of the current attempt (UUID v4, renewed by [`begin_attempt`](Self::begin_attempt)).
+    pub fn execution_id(&self) -> Uuid {
+        self.execution_id
+    }
+
+    /// The attempt number, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Caller, trace, run and start time.
+    pub fn meta(&self) -> &RequestMeta {
+        &self.meta
+    }
+
+    /// The call token: cancelling it cancels the whole call.
+    pub fn call_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// The attempt token: the child token the tool watches.
+    pub fn attempt_token(&self) -> &CancellationToken {
+        &self.attempt_token
+    }
+
+    /// Whether the caller has cancelled the call.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The deadline of the whole call, if any.
+    pub fn deadline_at(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Sets the deadline, keeping an earlier one already set.
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = Some(match self.deadline {
+            Some(existing) if existing < deadline => existing,
+            _ => deadline,
+        });
+    }
+
+    /// Time left before the deadline (zero once passed), or `None` without a deadline.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// The typed extensions layers attach to the request.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// Mutable access to the extensions.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+
+    /// SHA-256 of the RFC 8785 canonical payload, computed once and shared by every clone.
+    pub fn payload_digest(&self) -> Result<Digest, ToolError> {
+        self.payload
+            .digest
+            .get_or_init(|| payload_digest(&self.payload.value))
+            .clone()
+    }
+
+    /// `{tool}:{payload digest}`, the cache key of DESIGN §4.
+    pub fn cache_key(&self) -> Result<String, ToolError> {
+        Ok(cache_key_from_digest(&self.tool, &self.payload_digest()?))
+    }
+
+    /// Starts attempt number `attempt`: a fresh execution id, and from the second attempt
+    /// on a fresh attempt token (the previous one may have been cancelled by a timeout).
+    pub fn begin_attempt(&mut self, attempt: u32) {
+        if attempt > 1 && attempt != self.attempt {
+            self.attempt_token = self.cancel.child_token();
+        }
+        self.attempt = attempt;
+        self.execution_id = Uuid::new_v4();
+    }
+}
+
+impl Clone for ToolRequest {
+    fn clone(&self) -> Self {
+        ToolRequest {
+            tool: Arc::clone(&self.tool),
+            payload: Arc::clone(&self.payload),
+            kind: self.kind,
+            idempotency_key: self.idempotency_key.clone(),
+            execution_id: self.execution_id,
+            attempt: self.attempt,
+            meta: Arc::clone(&self.meta),
+            cancel: self.cancel.clone(),
+            attempt_token: self.attempt_token.clone(),
+            deadline: self.deadline,
+            extensions: self.extensions.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for ToolRequest {
+    // The payload is deliberately left out: payload values must never reach logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolRequest")
+            .field("tool", &self.tool)
+            .field("kind", &self.kind)
+            .field("execution_id", &self.execution_id)
+            .field("attempt", &self.attempt)
+            .field("has_idempotency_key", &self.idempotency_key.is_some())
+            .field("trace_id", &self.meta.trace_id)
+            .field("deadline", &self.deadline)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,91 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use http::Extensions;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::canonical::Digest;
+
+/// Where a result came from. Every successful response carries one; the provenance
+/// layer fills in what the tool left blank.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Provenance {
+    /// What produced the data: the tool, server or URL behind it.
+    pub source: Option<Arc<str>>,
+    /// The tool that was called.
+    pub tool: Option<Arc<str>>,
+    /// When the data was fetched from its source. A cache hit or a replay keeps the
+    /// original time.
+    pub fetched_at: Option<DateTime<Utc>>,
+    /// Served from the result cache.
+    pub cache_hit: bool,
+    /// Replayed from an idempotency record: the tool did not run again.
+    pub replayed: bool,
+    /// A cache entry past its TTL, served because the tool failed (stale-if-error).
+    pub stale: bool,
+    /// The call succeeded but crossed the soft (slow-call) threshold.
+    pub slow: bool,
+    /// Attempts made for this result (1 when the first attempt succeeded).
+    pub attempts: u32,
+    /// The execution id of the attempt that produced the data.
+    pub execution_id: Option<Uuid>,
+    /// The trace the call belonged to.
+    pub trace_id: Option<Arc<str>>,
+    /// Duration of the logical call in milliseconds.
+    pub duration_ms: Option<u64>,
+    /// SHA-256 of the canonical JSON of the output.
+    pub response_digest: Option<Digest>,
+}
+
+/// What a tool returned, with where it came from.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ToolResponse {
+    /// The tool's output.
+    pub output: Value,
+    /// Where it came from.
+    #[serde(default)]
+    pub provenance: Provenance,
+    /// Typed extensions layers attach to the response (not serialised).
+    #[serde(skip)]
+    pub extensions: Extensions,
+}
+
+impl ToolResponse {
+    /// A response with `output` and empty provenance.
+    pub fn new(output: Value) -> Self {
+        ToolResponse {
+            output,
+            provenance: Provenance::default(),
+            extensions: Extensions::new(),
+        }
+    }
+
+    /// Whether the output reports a failure in-band, MCP style: `{"isError": true, ...}`.
+    pub fn is_error(&self) -> bool {
+        self.output
+            .get("isError")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+}
+
+impl PartialEq for ToolResponse {
+    /// Output and provenance; extensions are not compared.
+    fn eq(&self, other: &Self) -> bool {
+        self.output == other.output && self.provenance == other.provenance
+    }
+}
+
+/// The mark the timeout layer leaves on a response that succeeded past the soft threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowCall {
+    /// How long the attempt took.
+    pub elapsed: Duration,
+    /// The soft threshold it crossed.
+    pub threshold: Duration,
+}

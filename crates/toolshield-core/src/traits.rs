@@ -1,0 +1,123 @@
+//! The small traits that let the generic layers (timeout, cancel, retry, breaker,
+//! metrics) work over [`ToolRequest`] and other request types such as `http::Request`.
+
+use std::time::Duration;
+
+use http::Extensions;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{CallKind, ErrorKind, SlowCall, ToolRequest, ToolResponse};
+
+/// What a generic layer needs to know about, and change on, a request.
+pub trait ShieldRequest {
+    /// The name the call is known by: the tool, or the host of an HTTP request. Breakers
+    /// key on it by default; metrics label with it.
+    fn tool(&self) -> &str;
+
+    /// The side-effect class.
+    fn call_kind(&self) -> CallKind;
+
+    /// The idempotency key, if the call carries one.
+    fn get_idempotency_key(&self) -> Option<&str>;
+
+    /// The caller's token for the whole call, if the request carries one.
+    fn call_token(&self) -> Option<&CancellationToken>;
+
+    /// The token of the current attempt (a child of the call token): what the tool
+    /// watches, and what a timeout cancels.
+    fn attempt_token(&self) -> Option<&CancellationToken>;
+
+    /// The deadline of the whole call.
+    fn deadline_at(&self) -> Option<Instant>;
+
+    /// Sets the deadline, keeping an earlier one already set.
+    fn set_deadline(&mut self, deadline: Instant);
+
+    /// The attempt number, starting at 1.
+    fn attempt(&self) -> u32;
+
+    /// Starts attempt `attempt` (fresh execution id, fresh attempt token).
+    fn begin_attempt(&mut self, attempt: u32);
+
+    /// Typed extensions.
+    fn extensions(&self) -> &Extensions;
+
+    /// Mutable typed extensions.
+    fn extensions_mut(&mut self) -> &mut Extensions;
+}
+
+impl ShieldRequest for ToolRequest {
+    fn tool(&self) -> &str {
+        ToolRequest::tool(self)
+    }
+    fn call_kind(&self) -> CallKind {
+        ToolRequest::call_kind(self)
+    }
+    fn get_idempotency_key(&self) -> Option<&str> {
+        ToolRequest::get_idempotency_key(self)
+    }
+    fn call_token(&self) -> Option<&CancellationToken> {
+        Some(ToolRequest::call_token(self))
+    }
+    fn attempt_token(&self) -> Option<&CancellationToken> {
+        Some(ToolRequest::attempt_token(self))
+    }
+    fn deadline_at(&self) -> Option<Instant> {
+        ToolRequest::deadline_at(self)
+    }
+    fn set_deadline(&mut self, deadline: Instant) {
+        ToolRequest::set_deadline(self, deadline)
+    }
+    fn attempt(&self) -> u32 {
+        ToolRequest::attempt(self)
+    }
+    fn begin_attempt(&mut self, attempt: u32) {
+        ToolRequest::begin_attempt(self, attempt)
+    }
+    fn extensions(&self) -> &Extensions {
+        ToolRequest::extensions(self)
+    }
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        ToolRequest::extensions_mut(self)
+    }
+}
+
+/// A failure reported inside a successful response (an MCP `isError`, an HTTP 503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InBandFailure {
+    /// The kind the failure maps to.
+    pub kind: ErrorKind,
+    /// The wait the response asked for (an HTTP `Retry-After`).
+    pub retry_after: Option<Duration>,
+}
+
+/// What a generic layer needs to know about, and change on, a response.
+pub trait ShieldResponse {
+    /// A failure the response carries in-band, if any.
+    fn in_band_failure(&self) -> Option<InBandFailure>;
+
+    /// Marks the response as a slow success.
+    fn mark_slow(&mut self, slow: SlowCall);
+
+    /// The slow-call mark, if the timeout layer left one.
+    fn slow_call(&self) -> Option<SlowCall>;
+}
+
+impl ShieldResponse for ToolResponse {
+    fn in_band_failure(&self) -> Option<InBandFailure> {
+        self.is_error().then_some(InBandFailure {
+            kind: ErrorKind::ExecutionFailed,
+            retry_after: None,
+        })
+    }
+
+    fn mark_slow(&mut self, slow: SlowCall) {
+        self.provenance.slow = true;
+        self.extensions.insert(slow);
+    }
+
+    fn slow_call(&self) -> Option<SlowCall> {
+        self.extensions.get::<SlowCall>().copied()
+    }
+}
