@@ -1,0 +1,71 @@
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toolshield_core::config::{duration, Problems};
+use toolshield_core::ConfigError;
+
+/// Timeouts of a call: per attempt, soft threshold, and an optional whole-call budget.
+///
+/// ```
+/// use std::time::Duration;
+/// use toolshield_timeout::TimeoutConfig;
+///
+/// let cfg: TimeoutConfig = serde_json::from_str(r#"{"attempt": "4s", "soft": "2s", "total": "10s"}"#).unwrap();
+/// assert_eq!(cfg.attempt, Duration::from_secs(4));
+/// assert!(cfg.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutConfig {
+    /// Hard limit of one attempt; fresh for each retry. Default 30 s.
+    #[serde(with = "duration")]
+    pub attempt: Duration,
+    /// Soft threshold: a success slower than this is marked slow, not failed. Default 2 s;
+    /// `null` turns it off.
+    #[serde(with = "duration::option")]
+    pub soft: Option<Duration>,
+    /// Budget of the whole call, retries and backoff included. Default off.
+    #[serde(with = "duration::option")]
+    pub total: Option<Duration>,
+}
+
+impl Default for TimeoutConfig {
+    fn default() -> Self {
+        TimeoutConfig {
+            attempt: Duration::from_secs(30),
+            soft: Some(Duration::from_secs(2)),
+            total: None,
+        }
+    }
+}
+
+impl TimeoutConfig {
+    /// Every problem with this configuration.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Problems::new();
+        p.check(!self.attempt.is_zero(), "attempt", "must be greater than 0");
+        if let Some(soft) = self.soft {
+            p.check(!soft.is_zero(), "soft", "must be greater than 0 (use null to turn it off)");
+            p.check(
+                soft < self.attempt,
+                "soft",
+                format_args!(
+                    "soft threshold {soft:?} must be below the attempt timeout {:?}",
+                    self.attempt
+                ),
+            );
+        }
+        if let Some(total) = self.total {
+            p.check(!total.is_zero(), "total", "must be greater than 0 (use null to turn it off)");
+            p.check(
+                self.attempt <= total,
+                "attempt",
+                format_args!(
+                    "attempt timeout {:?} is longer than the total deadline {total:?}",
+                    self.attempt
+                ),
+            );
+        }
+        p.into_result()
+    }
+}

@@ -1,0 +1,76 @@
+use std::time::Duration;
+
+use tower_layer::Layer;
+use toolshield_core::ConfigError;
+
+use crate::{Deadline, Timeout, TimeoutConfig};
+
+/// Applies a hard timeout to each attempt, and optionally marks slow successes.
+///
+/// Configuration only; see [`Timeout`] for the behaviour.
+#[derive(Debug, Clone, Copy)]
+pub struct TimeoutLayer {
+    pub(crate) attempt: Duration,
+    pub(crate) soft: Option<Duration>,
+}
+
+impl TimeoutLayer {
+    /// A hard timeout of `attempt` per call of the inner service, no soft threshold.
+    pub fn new(attempt: Duration) -> Self {
+        TimeoutLayer {
+            attempt,
+            soft: None,
+        }
+    }
+
+    /// Marks a success slower than `soft` as slow ([`SlowCall`](toolshield_core::SlowCall)).
+    pub fn soft_threshold(mut self, soft: Duration) -> Self {
+        self.soft = Some(soft);
+        self
+    }
+
+    /// The attempt timeout and soft threshold of a validated config.
+    pub fn from_config(cfg: &TimeoutConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        Ok(TimeoutLayer {
+            attempt: cfg.attempt,
+            soft: cfg.soft,
+        })
+    }
+}
+
+impl<S> Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+
+    fn layer(&self, inner: S) -> Timeout<S> {
+        Timeout::new(inner, *self)
+    }
+}
+
+/// Gives the whole call a deadline, written on the request so the layers inside (retry)
+/// can see how much time is left.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadlineLayer {
+    pub(crate) total: Duration,
+}
+
+impl DeadlineLayer {
+    /// A whole-call budget of `total`.
+    pub fn new(total: Duration) -> Self {
+        DeadlineLayer { total }
+    }
+
+    /// The total budget of a validated config, or `None` when the config has none.
+    pub fn from_config(cfg: &TimeoutConfig) -> Result<Option<Self>, ConfigError> {
+        cfg.validate()?;
+        Ok(cfg.total.map(DeadlineLayer::new))
+    }
+}
+
+impl<S> Layer<S> for DeadlineLayer {
+    type Service = Deadline<S>;
+
+    fn layer(&self, inner: S) -> Deadline<S> {
+        Deadline::new(inner, self.total)
+    }
+}

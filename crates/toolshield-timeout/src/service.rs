@@ -1,0 +1,160 @@
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower_service::Service;
+use toolshield_core::{ShieldRequest, ShieldResponse, ToolError};
+
+use crate::future::{Expiry, ResponseFuture};
+use crate::TimeoutLayer;
+
+/// Adds `d` to `start` without overflowing: a duration too large to represent means
+/// "never" (about 30 years), not a panic.
+pub(crate) fn instant_after(start: Instant, d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    start
+        .checked_add(d.min(FAR))
+        .unwrap_or(start)
+}
+
+/// A per-attempt timeout.
+///
+/// Each call of the inner service gets `attempt` to finish; when a retry layer sits
+/// outside, every attempt gets a fresh budget. On expiry the inner future is dropped at
+/// once (the work is aborted), the request's attempt token is cancelled (so a tool that
+/// spawned work elsewhere sees it), and the call fails with `TIMEOUT`. A success slower
+/// than the soft threshold is marked with a [`SlowCall`](toolshield_core::SlowCall) and
+/// still succeeds.
+#[derive(Debug, Clone)]
+pub struct Timeout<S> {
+    inner: S,
+    attempt: Duration,
+    soft: Option<Duration>,
+}
+
+impl<S> Timeout<S> {
+    /// Wraps `inner` with the settings of `layer`.
+    pub fn new(inner: S, layer: TimeoutLayer) -> Self {
+        Timeout {
+            inner,
+            attempt: layer.attempt,
+            soft: layer.soft,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Req> Service<Req> for Timeout<S>
+where
+    S: Service<Req>,
+    S::Error: Into<ToolError>,
+    S::Response: ShieldResponse,
+    Req: ShieldRequest,
+{
+    type Response = S::Response;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let start = Instant::now();
+        let guard = req.attempt_token().map(|t| t.clone().drop_guard());
+        let expires = instant_after(start, self.attempt);
+        ResponseFuture::running(
+            self.inner.call(req),
+            expires,
+            Expiry::Attempt(self.attempt),
+            start,
+            self.soft,
+            guard,
+        )
+    }
+}
+
+/// A deadline for the whole call.
+///
+/// Writes `now + total` on the request (keeping an earlier deadline already there), so the
+/// retry layer inside never starts a wait that ends past it, and races the inner future
+/// against it. A request whose deadline has already passed never reaches the inner
+/// service. On expiry the inner future is dropped, the attempt token it was given is
+/// cancelled, and the call fails with `TIMEOUT`.
+#[derive(Debug, Clone)]
+pub struct Deadline<S> {
+    inner: S,
+    total: Duration,
+}
+
+impl<S> Deadline<S> {
+    /// Wraps `inner` with a whole-call budget of `total`.
+    pub fn new(inner: S, total: Duration) -> Self {
+        Deadline { inner, total }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Req> Service<Req> for Deadline<S>
+where
+    S: Service<Req>,
+    S::Error: Into<ToolError>,
+    S::Response: ShieldResponse,
+    Req: ShieldRequest,
+{
+    type Response = S::Response;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        let start = Instant::now();
+        req.set_deadline(instant_after(start, self.total));
+        let deadline = req.deadline_at().unwrap_or(start);
+        if deadline <= start {
+            return ResponseFuture::failed(ToolError::timeout(
+                "deadline passed before the call started",
+            ));
+        }
+        let guard = req.attempt_token().map(|t| t.clone().drop_guard());
+        ResponseFuture::running(
+            self.inner.call(req),
+            deadline,
+            Expiry::Total(self.total),
+            start,
+            None,
+            guard,
+        )
+    }
+}
