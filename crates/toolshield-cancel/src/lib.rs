@@ -1,0 +1,214 @@
+//! Cancellation for tool calls.
+//!
+//! [`CancelLayer`] checks the request's call token before anything runs and races it
+//! against everything inside: if the token is already cancelled the inner service is
+//! never called; if it fires during the call the inner future is dropped at once and the
+//! call fails with `CANCELLED`. The default classifier reports `CANCELLED` as
+//! [`Outcome::Cancelled`](toolshield_core::Outcome::Cancelled), so no breaker counts it
+//! and no retry repeats it.
+//!
+//! In the default stack it sits just inside metrics and provenance, outside the deadline,
+//! so a cancelled call stops retries, backoff waits and the tool alike:
+//!
+//! ```text
+//! metrics > provenance > CANCEL > deadline > validate > cache > idempotency > fallback
+//!         > retry > breaker > attempt timeout > tool
+//! ```
+//!
+//! The tool itself sees a child of the call token
+//! ([`ToolRequest::attempt_token`](toolshield_core::ToolRequest::attempt_token)), which
+//! fires with it.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use serde_json::json;
+//! use tokio_util::sync::CancellationToken;
+//! use tower::{service_fn, Layer, ServiceExt};
+//! use toolshield_cancel::CancelLayer;
+//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let tool = service_fn(|_req: ToolRequest| async {
+//!     tokio::time::sleep(Duration::from_secs(60)).await;
+//!     Ok::<_, ToolError>(ToolResponse::new(json!("done")))
+//! });
+//! let svc = CancelLayer::new().layer(tool);
+//!
+//! let token = CancellationToken::new();
+//! let req = ToolRequest::new("search", json!({"q": "rust"})).cancel_token(token.clone());
+//! let call = tokio::spawn(svc.oneshot(req));
+//! tokio::time::sleep(Duration::from_secs(1)).await;
+//! token.cancel();
+//! assert_eq!(call.await.unwrap().unwrap_err().kind(), ErrorKind::Cancelled);
+//! # }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+use tower_layer::Layer;
+use tower_service::Service;
+use toolshield_core::{ShieldRequest, ToolError};
+
+/// Applies [`Cancel`] to a service. Has no configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CancelLayer {
+    _priv: (),
+}
+
+impl CancelLayer {
+    /// A new cancellation layer.
+    pub fn new() -> Self {
+        CancelLayer { _priv: () }
+    }
+}
+
+impl<S> Layer<S> for CancelLayer {
+    type Service = Cancel<S>;
+
+    fn layer(&self, inner: S) -> Cancel<S> {
+        Cancel::new(inner)
+    }
+}
+
+/// Checks the call token before calling the inner service and races it against the call.
+#[derive(Debug, Clone)]
+pub struct Cancel<S> {
+    inner: S,
+}
+
+impl<S> Cancel<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S) -> Self {
+        Cancel { inner }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+fn cancelled_error(before: bool) -> ToolError {
+    if before {
+        ToolError::cancelled("call cancelled before it started")
+    } else {
+        ToolError::cancelled("call cancelled")
+    }
+}
+
+impl<S, Req> Service<Req> for Cancel<S>
+where
+    S: Service<Req>,
+    S::Error: Into<ToolError>,
+    Req: ShieldRequest,
+{
+    type Response = S::Response;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let state = match req.call_token() {
+            Some(token) if token.is_cancelled() => State::Rejected,
+            Some(token) => {
+                let cancelled = token.clone().cancelled_owned();
+                State::Racing {
+                    inner: self.inner.call(req),
+                    cancelled,
+                }
+            }
+            None => State::Plain {
+                inner: self.inner.call(req),
+            },
+        };
+        ResponseFuture { state }
+    }
+}
+
+pin_project! {
+    /// The future of [`Cancel`].
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Racing {
+            #[pin]
+            inner: F,
+            #[pin]
+            cancelled: WaitForCancellationFutureOwned,
+        },
+        Plain {
+            #[pin]
+            inner: F,
+        },
+        Rejected,
+        Done,
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, Res, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Res, E>>,
+    E: Into<ToolError>,
+{
+    type Output = Result<Res, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let out = match this.state.as_mut().project() {
+            StateProj::Racing { inner, cancelled } => {
+                // The call wins a tie: a result that is already there is worth more than
+                // an error.
+                if let Poll::Ready(result) = inner.poll(cx) {
+                    result.map_err(Into::into)
+                } else if cancelled.poll(cx).is_ready() {
+                    Err(cancelled_error(false))
+                } else {
+                    return Poll::Pending;
+                }
+            }
+            StateProj::Plain { inner } => match inner.poll(cx) {
+                Poll::Ready(result) => result.map_err(Into::into),
+                Poll::Pending => return Poll::Pending,
+            },
+            StateProj::Rejected => Err(cancelled_error(true)),
+            StateProj::Done => Err(ToolError::internal(
+                "cancel future polled after completion",
+            )),
+        };
+        // Drops the inner future at once, whatever the outcome.
+        this.state.set(State::Done);
+        Poll::Ready(out)
+    }
+}
