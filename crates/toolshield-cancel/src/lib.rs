@@ -52,9 +52,9 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio_util::sync::WaitForCancellationFutureOwned;
+use toolshield_core::{ShieldRequest, ToolError};
 use tower_layer::Layer;
 use tower_service::Service;
-use toolshield_core::{ShieldRequest, ToolError};
 
 /// Applies [`Cancel`] to a service. Has no configuration.
 #[derive(Debug, Clone, Copy, Default)]
@@ -203,9 +203,7 @@ where
                 Poll::Pending => return Poll::Pending,
             },
             StateProj::Rejected => Err(cancelled_error(true)),
-            StateProj::Done => Err(ToolError::internal(
-                "cancel future polled after completion",
-            )),
+            StateProj::Done => Err(ToolError::internal("cancel future polled after completion")),
         };
         // Drops the inner future at once, whatever the outcome.
         this.state.set(State::Done);

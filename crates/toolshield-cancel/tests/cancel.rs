@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tower::{service_fn, Layer, Service, ServiceExt};
 use toolshield_cancel::CancelLayer;
 use toolshield_core::{
     Classify, DefaultClassifier, ErrorKind, Outcome, ToolError, ToolRequest, ToolResponse,
 };
+use tower::{service_fn, Layer, Service, ServiceExt};
 
 struct DropFlag(Arc<AtomicBool>);
 impl Drop for DropFlag {
@@ -34,10 +34,20 @@ async fn a_request_cancelled_before_the_call_never_reaches_the_tool() {
     let req = ToolRequest::new("pay", json!({"amount": 5})).cancel_token(token);
     let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Cancelled);
-    assert_eq!(calls.load(Ordering::SeqCst), 0, "the tool must not be called");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "the tool must not be called"
+    );
 
     // an uncancelled request goes through
-    let res = svc.ready().await.unwrap().call(ToolRequest::new("pay", json!({}))).await.unwrap();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("pay", json!({})))
+        .await
+        .unwrap();
     assert_eq!(res.output, json!("ran"));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
@@ -76,12 +86,22 @@ async fn cancellation_mid_call_drops_the_inner_future_and_yields_cancelled() {
     token.cancel();
     let started = tokio::time::Instant::now();
     let result = std::future::poll_fn(|cx| std::future::Future::poll(fut.as_mut(), cx)).await;
-    assert_eq!(started.elapsed(), Duration::ZERO, "cancellation ends the call at once");
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "cancellation ends the call at once"
+    );
     let err = result.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Cancelled);
-    assert!(dropped.load(Ordering::SeqCst), "inner future must be dropped on cancel");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "inner future must be dropped on cancel"
+    );
     tokio::task::yield_now().await;
-    assert!(saw_child_cancel.load(Ordering::SeqCst), "the tool's child token fires");
+    assert!(
+        saw_child_cancel.load(Ordering::SeqCst),
+        "the tool's child token fires"
+    );
 
     // and the classifier never counts it as a failure
     let outcome = DefaultClassifier.classify(&Err::<ToolResponse, _>(err));

@@ -193,7 +193,10 @@ impl ToolError {
     }
 
     /// `RATE_LIMITED`, with the wait the tool asked for, if it said.
-    pub fn rate_limited(message: impl Into<Cow<'static, str>>, retry_after: Option<Duration>) -> Self {
+    pub fn rate_limited(
+        message: impl Into<Cow<'static, str>>,
+        retry_after: Option<Duration>,
+    ) -> Self {
         let mut e = Self::new(ErrorKind::RateLimited, message);
         e.retry_after = retry_after;
         e
@@ -325,7 +328,9 @@ impl fmt::Display for ToolError {
 
 impl StdError for ToolError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source.as_deref().map(|e| e as &(dyn StdError + 'static))
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
     }
 }
 

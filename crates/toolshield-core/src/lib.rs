@@ -32,8 +32,8 @@
 //! ```
 
 pub mod canonical;
-pub mod config;
 mod classify;
+pub mod config;
 mod envelope;
 mod error;
 mod kind;
@@ -42,8 +42,8 @@ mod response;
 mod traits;
 
 pub use canonical::{cache_key, payload_digest, Digest};
-pub use config::{ConfigError, ConfigProblem};
 pub use classify::{Classify, DefaultClassifier, Failure, Outcome};
+pub use config::{ConfigError, ConfigProblem};
 pub use envelope::{ToolResult, ToolResultError, ToolStatus};
 pub use error::{ErrorKind, ToolError};
 pub use kind::CallKind;

@@ -11,18 +11,28 @@ use toolshield_core::{
 #[test]
 fn cache_key_ignores_key_order_and_formatting() {
     let a = json!({"city": "Paris", "opts": {"units": "metric", "days": 3}, "list": [1, 2]});
-    let b: serde_json::Value =
-        serde_json::from_str(r#"{ "list":[1,2], "opts":{"days":3.0,"units":"metric"}, "city":"Paris" }"#)
-            .unwrap();
-    assert_eq!(cache_key("weather", &a).unwrap(), cache_key("weather", &b).unwrap());
+    let b: serde_json::Value = serde_json::from_str(
+        r#"{ "list":[1,2], "opts":{"days":3.0,"units":"metric"}, "city":"Paris" }"#,
+    )
+    .unwrap();
+    assert_eq!(
+        cache_key("weather", &a).unwrap(),
+        cache_key("weather", &b).unwrap()
+    );
     assert_eq!(payload_digest(&a).unwrap(), payload_digest(&b).unwrap());
 }
 
 #[test]
 fn cache_key_changes_with_value_tool_and_array_order() {
     let base = cache_key("weather", &json!({"city": "Paris"})).unwrap();
-    assert_ne!(base, cache_key("weather", &json!({"city": "Lyon"})).unwrap());
-    assert_ne!(base, cache_key("search", &json!({"city": "Paris"})).unwrap());
+    assert_ne!(
+        base,
+        cache_key("weather", &json!({"city": "Lyon"})).unwrap()
+    );
+    assert_ne!(
+        base,
+        cache_key("search", &json!({"city": "Paris"})).unwrap()
+    );
     assert_ne!(
         cache_key("t", &json!([1, 2])).unwrap(),
         cache_key("t", &json!([2, 1])).unwrap()
@@ -30,7 +40,9 @@ fn cache_key_changes_with_value_tool_and_array_order() {
     let (tool, hex) = base.split_once(':').unwrap();
     assert_eq!(tool, "weather");
     assert_eq!(hex.len(), 64);
-    assert!(hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    assert!(hex
+        .chars()
+        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
 }
 
 #[test]
@@ -47,8 +59,14 @@ fn canonical_form_follows_rfc_8785() {
 fn request_clones_share_the_digest_and_retries_renew_the_execution_id() {
     let mut req = ToolRequest::new("pay", json!({"amount": 10}));
     let clone = req.clone();
-    assert_eq!(req.payload_digest().unwrap(), clone.payload_digest().unwrap());
-    assert_eq!(req.cache_key().unwrap(), cache_key("pay", &json!({"amount": 10})).unwrap());
+    assert_eq!(
+        req.payload_digest().unwrap(),
+        clone.payload_digest().unwrap()
+    );
+    assert_eq!(
+        req.cache_key().unwrap(),
+        cache_key("pay", &json!({"amount": 10})).unwrap()
+    );
 
     let first_id = req.execution_id();
     let first_token = req.attempt_token().clone();
@@ -56,10 +74,19 @@ fn request_clones_share_the_digest_and_retries_renew_the_execution_id() {
     req.begin_attempt(2);
     assert_eq!(req.attempt(), 2);
     assert_ne!(req.execution_id(), first_id);
-    assert!(!req.attempt_token().is_cancelled(), "a retry gets a fresh attempt token");
-    assert!(!req.is_cancelled(), "cancelling an attempt never cancels the call");
+    assert!(
+        !req.attempt_token().is_cancelled(),
+        "a retry gets a fresh attempt token"
+    );
+    assert!(
+        !req.is_cancelled(),
+        "cancelling an attempt never cancels the call"
+    );
     req.call_token().cancel();
-    assert!(req.attempt_token().is_cancelled(), "the attempt token is a child of the call token");
+    assert!(
+        req.attempt_token().is_cancelled(),
+        "the attempt token is a child of the call token"
+    );
 }
 
 #[test]
@@ -100,7 +127,10 @@ fn every_error_kind_has_a_stable_unique_code_and_model_text() {
     for kind in ErrorKind::ALL {
         let code = kind.code();
         assert!(codes.insert(code), "duplicate code {code}");
-        assert!(code.chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{code}");
+        assert!(
+            code.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
+            "{code}"
+        );
         assert_eq!(ErrorKind::from_code(code), Some(kind));
         // serde uses the same code
         assert_eq!(serde_json::to_value(kind).unwrap(), json!(code));
@@ -110,19 +140,32 @@ fn every_error_kind_has_a_stable_unique_code_and_model_text() {
     }
     assert_eq!(codes.len(), 15);
     assert_eq!(ErrorKind::RateLimited.code(), "RATE_LIMITED");
-    assert_eq!(ErrorKind::IdempotencyKeyReused.code(), "IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(
+        ErrorKind::IdempotencyKeyReused.code(),
+        "IDEMPOTENCY_KEY_REUSED"
+    );
 }
 
 #[test]
 fn for_model_gives_actionable_advice() {
-    assert!(ToolError::rate_limited("slow down", None).for_model("w").contains("Wait"));
-    assert!(ToolError::rate_limited("slow down", Some(Duration::from_secs(7)))
+    assert!(ToolError::rate_limited("slow down", None)
         .for_model("w")
-        .contains("7 seconds"));
-    assert!(ToolError::invalid_input("bad").for_model("w").contains("Fix the arguments"));
-    assert!(ToolError::new(ErrorKind::CircuitOpen, "open").for_model("w").contains("another"));
+        .contains("Wait"));
+    assert!(
+        ToolError::rate_limited("slow down", Some(Duration::from_secs(7)))
+            .for_model("w")
+            .contains("7 seconds")
+    );
+    assert!(ToolError::invalid_input("bad")
+        .for_model("w")
+        .contains("Fix the arguments"));
+    assert!(ToolError::new(ErrorKind::CircuitOpen, "open")
+        .for_model("w")
+        .contains("another"));
     // the raw message (possibly upstream details) never leaks into the model text
-    assert!(!ToolError::execution_failed("db password wrong").for_model("w").contains("password"));
+    assert!(!ToolError::execution_failed("db password wrong")
+        .for_model("w")
+        .contains("password"));
 }
 
 #[test]
@@ -131,13 +174,29 @@ fn retry_and_breaker_rules_per_kind() {
     for k in [Timeout, RateLimited, ConnectionFailed, UpstreamUnavailable] {
         assert!(k.is_retriable(), "{k}");
     }
-    for k in [InvalidInput, Unauthorized, NotFound, CircuitOpen, Cancelled, IdempotencyKeyReused, OutcomeUnknown, InProgress] {
+    for k in [
+        InvalidInput,
+        Unauthorized,
+        NotFound,
+        CircuitOpen,
+        Cancelled,
+        IdempotencyKeyReused,
+        OutcomeUnknown,
+        InProgress,
+    ] {
         assert!(!k.is_retriable(), "{k}");
     }
     for k in [RateLimited, Unauthorized, Timeout, ExecutionFailed] {
         assert!(k.counts_for_breaker(), "{k}");
     }
-    for k in [Cancelled, InvalidInput, NotFound, IdempotencyKeyReused, InProgress, CircuitOpen] {
+    for k in [
+        Cancelled,
+        InvalidInput,
+        NotFound,
+        IdempotencyKeyReused,
+        InProgress,
+        CircuitOpen,
+    ] {
         assert!(!k.counts_for_breaker(), "{k}");
     }
 }
@@ -198,7 +257,14 @@ fn tool_result_json_has_exactly_the_envelope_fields() {
         keys.sort();
         keys
     };
-    let expected = vec!["data", "durationMs", "error", "fromCache", "provenance", "status"];
+    let expected = vec![
+        "data",
+        "durationMs",
+        "error",
+        "fromCache",
+        "provenance",
+        "status",
+    ];
 
     let mut res = ToolResponse::new(json!({"temp": 21}));
     res.provenance.cache_hit = true;

@@ -45,7 +45,11 @@ impl TimeoutConfig {
         let mut p = Problems::new();
         p.check(!self.attempt.is_zero(), "attempt", "must be greater than 0");
         if let Some(soft) = self.soft {
-            p.check(!soft.is_zero(), "soft", "must be greater than 0 (use null to turn it off)");
+            p.check(
+                !soft.is_zero(),
+                "soft",
+                "must be greater than 0 (use null to turn it off)",
+            );
             p.check(
                 soft < self.attempt,
                 "soft",
@@ -56,7 +60,11 @@ impl TimeoutConfig {
             );
         }
         if let Some(total) = self.total {
-            p.check(!total.is_zero(), "total", "must be greater than 0 (use null to turn it off)");
+            p.check(
+                !total.is_zero(),
+                "total",
+                "must be greater than 0 (use null to turn it off)",
+            );
             p.check(
                 self.attempt <= total,
                 "attempt",

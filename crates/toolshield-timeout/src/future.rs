@@ -99,9 +99,9 @@ where
         let (inner, sleep) = match this.state.as_mut().project() {
             StateProj::Running { inner, sleep } => (inner, sleep),
             StateProj::Failed { error } => {
-                let error = error
-                    .take()
-                    .unwrap_or_else(|| ToolError::internal("timeout future polled after completion"));
+                let error = error.take().unwrap_or_else(|| {
+                    ToolError::internal("timeout future polled after completion")
+                });
                 this.state.set(State::Done);
                 return Poll::Ready(Err(error));
             }

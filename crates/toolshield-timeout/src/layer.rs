@@ -1,7 +1,7 @@
 use std::time::Duration;
 
-use tower_layer::Layer;
 use toolshield_core::ConfigError;
+use tower_layer::Layer;
 
 use crate::{Deadline, Timeout, TimeoutConfig};
 

@@ -2,8 +2,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_service::Service;
 use toolshield_core::{ShieldRequest, ShieldResponse, ToolError};
+use tower_service::Service;
 
 use crate::future::{Expiry, ResponseFuture};
 use crate::TimeoutLayer;
@@ -12,9 +12,7 @@ use crate::TimeoutLayer;
 /// "never" (about 30 years), not a panic.
 pub(crate) fn instant_after(start: Instant, d: Duration) -> Instant {
     const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
-    start
-        .checked_add(d.min(FAR))
-        .unwrap_or(start)
+    start.checked_add(d.min(FAR)).unwrap_or(start)
 }
 
 /// A per-attempt timeout.

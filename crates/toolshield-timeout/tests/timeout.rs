@@ -5,13 +5,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use std::future::Future;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tower::{service_fn, Service, ServiceExt};
 use toolshield_core::{ErrorKind, ShieldResponse, ToolError, ToolRequest, ToolResponse};
 use toolshield_timeout::{DeadlineLayer, TimeoutConfig, TimeoutLayer};
-use std::future::Future;
 use tower::Layer;
+use tower::{service_fn, Service, ServiceExt};
 
 /// Sets its flag when dropped: observes that a future was dropped.
 struct DropFlag(Arc<AtomicBool>);
@@ -25,7 +25,14 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-fn sleeper(d: Duration) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future = impl std::future::Future<Output = Result<ToolResponse, ToolError>> + Send> + Clone {
+fn sleeper(
+    d: Duration,
+) -> impl Service<
+    ToolRequest,
+    Response = ToolResponse,
+    Error = ToolError,
+    Future = impl std::future::Future<Output = Result<ToolResponse, ToolError>> + Send,
+> + Clone {
     service_fn(move |_req: ToolRequest| async move {
         tokio::time::sleep(d).await;
         Ok::<_, ToolError>(ToolResponse::new(json!("done")))
@@ -49,7 +56,13 @@ async fn each_attempt_gets_a_fresh_timeout() {
     // and a call over budget fails after exactly the attempt timeout
     let mut svc = TimeoutLayer::new(secs(4)).layer(sleeper(secs(5)));
     let start = Instant::now();
-    let err = svc.ready().await.unwrap().call(ToolRequest::new("t", json!(null))).await.unwrap_err();
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert_eq!(start.elapsed(), secs(4));
     assert!(err.message().contains("4s"), "{err}");
@@ -78,10 +91,19 @@ async fn timed_out_inner_future_is_dropped_and_its_child_token_cancelled() {
     // dropped by the timeout itself, not by our drop of the outer future.
     let result = std::future::poll_fn(|cx| fut.as_mut().poll(cx)).await;
     assert_eq!(result.unwrap_err().kind(), ErrorKind::Timeout);
-    assert!(dropped.load(Ordering::SeqCst), "inner future still alive after the timeout");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "inner future still alive after the timeout"
+    );
     let token = seen_token.lock().unwrap().clone().unwrap();
-    assert!(token.is_cancelled(), "the tool's child token must fire on timeout");
-    assert!(!call_token.is_cancelled(), "the caller's token is left alone");
+    assert!(
+        token.is_cancelled(),
+        "the tool's child token must fire on timeout"
+    );
+    assert!(
+        !call_token.is_cancelled(),
+        "the caller's token is left alone"
+    );
     drop(fut);
 }
 
@@ -100,7 +122,10 @@ async fn dropping_the_call_cancels_the_attempt_token_but_success_does_not() {
     let attempt = req.attempt_token().clone();
     let res = svc.ready().await.unwrap().call(req).await.unwrap();
     assert_eq!(res.output, json!(false));
-    assert!(!attempt.is_cancelled(), "a finished attempt is not cancelled");
+    assert!(
+        !attempt.is_cancelled(),
+        "a finished attempt is not cancelled"
+    );
 
     let req = ToolRequest::new("t", json!(null));
     let attempt = req.attempt_token().clone();
@@ -114,7 +139,13 @@ async fn slow_success_is_marked_and_still_succeeds() {
     let mut svc = TimeoutLayer::new(secs(4))
         .soft_threshold(secs(2))
         .layer(sleeper(secs(3)));
-    let res = svc.ready().await.unwrap().call(ToolRequest::new("t", json!(null))).await.unwrap();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap();
     assert_eq!(res.output, json!("done"));
     assert!(res.provenance.slow);
     let mark = res.slow_call().expect("slow mark");
@@ -124,7 +155,13 @@ async fn slow_success_is_marked_and_still_succeeds() {
     let mut fast = TimeoutLayer::new(secs(4))
         .soft_threshold(secs(2))
         .layer(sleeper(secs(1)));
-    let res = fast.ready().await.unwrap().call(ToolRequest::new("t", json!(null))).await.unwrap();
+    let res = fast
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap();
     assert!(!res.provenance.slow);
     assert!(res.slow_call().is_none());
 }
@@ -135,7 +172,13 @@ async fn inner_errors_pass_through_unchanged() {
         Err::<ToolResponse, _>(ToolError::rate_limited("slow down", Some(secs(7))))
     });
     let mut svc = TimeoutLayer::new(secs(4)).layer(tool);
-    let err = svc.ready().await.unwrap().call(ToolRequest::new("t", json!(null))).await.unwrap_err();
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::RateLimited);
     assert_eq!(err.retry_after(), Some(secs(7)));
 }
@@ -153,7 +196,13 @@ async fn deadline_is_written_on_the_request_and_bounds_the_whole_call() {
     });
     let mut svc = DeadlineLayer::new(secs(10)).layer(tool);
     let start = Instant::now();
-    let err = svc.ready().await.unwrap().call(ToolRequest::new("t", json!(null))).await.unwrap_err();
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert_eq!(start.elapsed(), secs(10));
     assert_eq!(*seen.lock().unwrap(), Some(start + secs(10)));
@@ -182,7 +231,11 @@ async fn an_earlier_deadline_on_the_request_wins_and_a_passed_one_never_calls_th
     let past = ToolRequest::new("t", json!(null)).deadline(Instant::now());
     let err = svc.ready().await.unwrap().call(past).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "the tool must not run past the deadline");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the tool must not run past the deadline"
+    );
 }
 
 #[test]
@@ -199,10 +252,12 @@ fn config_defaults_parse_and_validation_lists_every_problem() {
     let fields: Vec<_> = err.problems().iter().map(|p| p.field.as_str()).collect();
     assert_eq!(fields, ["attempt", "soft"], "{err}");
 
-    let cfg: TimeoutConfig =
-        serde_json::from_str(r#"{"attempt": "30s", "total": "10s"}"#).unwrap();
+    let cfg: TimeoutConfig = serde_json::from_str(r#"{"attempt": "30s", "total": "10s"}"#).unwrap();
     let err = TimeoutLayer::from_config(&cfg).unwrap_err();
-    assert!(err.to_string().contains("longer than the total deadline"), "{err}");
+    assert!(
+        err.to_string().contains("longer than the total deadline"),
+        "{err}"
+    );
 
     assert!(serde_json::from_str::<TimeoutConfig>(r#"{"atempt": "3s"}"#).is_err());
 }

@@ -1,0 +1,111 @@
+//! toolshield: reliable tool calls for AI agents, as `tower` middleware.
+//!
+//! Each concern is its own layer in its own crate; this facade re-exports them and adds
+//! [`ServiceBuilderExt`], one method per layer, for composing a stack by hand in the
+//! default order (outermost first):
+//!
+//! ```text
+//! metrics + tracing > provenance > cancel > total deadline > validate > cache
+//!   > idempotency > fallback > retry > breaker > attempt timeout > the tool
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use serde_json::json;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use toolshield::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let weather = service_fn(|req: ToolRequest| async move {
+//!     Ok::<_, ToolError>(ToolResponse::new(json!({"city": req.payload()["city"], "temp": 21})))
+//! });
+//! let svc = ServiceBuilder::new()
+//!     .cancellable()
+//!     .total_deadline(Duration::from_secs(10))
+//!     .attempt_timeout(Duration::from_secs(4), Some(Duration::from_secs(2)))
+//!     .service(weather);
+//! let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(CallKind::ReadOnly);
+//! let result: ToolResult = svc.oneshot(req).await.into();
+//! assert!(result.is_success());
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use tower::layer::util::Stack;
+use tower::ServiceBuilder;
+
+pub use toolshield_cancel as cancel;
+pub use toolshield_core as core;
+pub use toolshield_timeout as timeout;
+
+pub use toolshield_core::{
+    CallKind, Classify, DefaultClassifier, ErrorKind, Outcome, Provenance, ToolError, ToolRequest,
+    ToolResponse, ToolResult,
+};
+
+/// The names most programs need.
+pub mod prelude {
+    pub use crate::ServiceBuilderExt;
+    pub use toolshield_core::{
+        CallKind, ErrorKind, Provenance, ToolError, ToolRequest, ToolResponse, ToolResult,
+    };
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<L> Sealed for tower::ServiceBuilder<L> {}
+}
+
+/// One method per toolshield layer on [`tower::ServiceBuilder`].
+///
+/// Sealed: implemented for `ServiceBuilder` only. Call the methods in the default order
+/// (outermost first) unless you have a reason not to; `docs/layer-order.md` explains it.
+pub trait ServiceBuilderExt<L>: sealed::Sealed {
+    /// Checks the call token before the call and races it against the call
+    /// ([`toolshield_cancel::CancelLayer`]).
+    fn cancellable(self) -> ServiceBuilder<Stack<toolshield_cancel::CancelLayer, L>>;
+
+    /// A deadline for the whole call, visible to the layers inside
+    /// ([`toolshield_timeout::DeadlineLayer`]).
+    fn total_deadline(
+        self,
+        total: Duration,
+    ) -> ServiceBuilder<Stack<toolshield_timeout::DeadlineLayer, L>>;
+
+    /// A hard timeout per attempt and an optional soft (slow-call) threshold
+    /// ([`toolshield_timeout::TimeoutLayer`]).
+    fn attempt_timeout(
+        self,
+        attempt: Duration,
+        soft: Option<Duration>,
+    ) -> ServiceBuilder<Stack<toolshield_timeout::TimeoutLayer, L>>;
+}
+
+impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
+    fn cancellable(self) -> ServiceBuilder<Stack<toolshield_cancel::CancelLayer, L>> {
+        self.layer(toolshield_cancel::CancelLayer::new())
+    }
+
+    fn total_deadline(
+        self,
+        total: Duration,
+    ) -> ServiceBuilder<Stack<toolshield_timeout::DeadlineLayer, L>> {
+        self.layer(toolshield_timeout::DeadlineLayer::new(total))
+    }
+
+    fn attempt_timeout(
+        self,
+        attempt: Duration,
+        soft: Option<Duration>,
+    ) -> ServiceBuilder<Stack<toolshield_timeout::TimeoutLayer, L>> {
+        let mut layer = toolshield_timeout::TimeoutLayer::new(attempt);
+        if let Some(soft) = soft {
+            layer = layer.soft_threshold(soft);
+        }
+        self.layer(layer)
+    }
+}

@@ -1,0 +1,1 @@
+//! Runnable examples of toolshield; see the `[[example]]` targets.

@@ -1,0 +1,1 @@
+//! End-to-end tests across toolshield crates live in `tests/`.
