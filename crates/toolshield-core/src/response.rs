@@ -40,6 +40,8 @@ pub struct Provenance {
     pub duration_ms: Option<u64>,
     /// SHA-256 of the canonical JSON of the output.
     pub response_digest: Option<Digest>,
+    /// The fallback tier that answered; `None` when the primary service did.
+    pub tier: Option<Arc<str>>,
 }
 
 /// What a tool returned, with where it came from.

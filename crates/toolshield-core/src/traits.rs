@@ -7,7 +7,7 @@ use http::Extensions;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{CallKind, ErrorKind, SlowCall, ToolRequest, ToolResponse};
+use crate::{CallKind, ErrorKind, Provenance, RequestMeta, SlowCall, ToolRequest, ToolResponse};
 
 /// What a generic layer needs to know about, and change on, a request.
 pub trait ShieldRequest {
@@ -45,6 +45,12 @@ pub trait ShieldRequest {
 
     /// Mutable typed extensions.
     fn extensions_mut(&mut self) -> &mut Extensions;
+
+    /// Caller, trace and run ids, when the request type carries them (spans and logs use
+    /// them). The default is `None`.
+    fn request_meta(&self) -> Option<&RequestMeta> {
+        None
+    }
 }
 
 impl ShieldRequest for ToolRequest {
@@ -81,6 +87,9 @@ impl ShieldRequest for ToolRequest {
     fn extensions_mut(&mut self) -> &mut Extensions {
         ToolRequest::extensions_mut(self)
     }
+    fn request_meta(&self) -> Option<&RequestMeta> {
+        Some(ToolRequest::meta(self))
+    }
 }
 
 /// A failure reported inside a successful response (an MCP `isError`, an HTTP 503).
@@ -102,6 +111,18 @@ pub trait ShieldResponse {
 
     /// The slow-call mark, if the timeout layer left one.
     fn slow_call(&self) -> Option<SlowCall>;
+
+    /// Records how many attempts the retry layer made for this response (1 when the
+    /// first attempt succeeded). The default does nothing.
+    fn set_attempts(&mut self, attempts: u32) {
+        let _ = attempts;
+    }
+
+    /// The provenance, when the response type carries one (metrics read `cache_hit` and
+    /// `replayed` from it). The default is `None`.
+    fn provenance(&self) -> Option<&Provenance> {
+        None
+    }
 }
 
 impl ShieldResponse for ToolResponse {
@@ -119,5 +140,13 @@ impl ShieldResponse for ToolResponse {
 
     fn slow_call(&self) -> Option<SlowCall> {
         self.extensions.get::<SlowCall>().copied()
+    }
+
+    fn set_attempts(&mut self, attempts: u32) {
+        self.provenance.attempts = attempts;
+    }
+
+    fn provenance(&self) -> Option<&Provenance> {
+        Some(&self.provenance)
     }
 }
