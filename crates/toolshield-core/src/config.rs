@@ -25,6 +25,16 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// An error with one problem.
+    pub fn single(field: impl Into<String>, message: impl fmt::Display) -> Self {
+        ConfigError {
+            problems: vec![ConfigProblem {
+                field: field.into(),
+                message: message.to_string(),
+            }],
+        }
+    }
+
     /// The problems, in the order they were found.
     pub fn problems(&self) -> &[ConfigProblem] {
         &self.problems

@@ -1,0 +1,172 @@
+//! Cache and idempotency paths against the bare service and tower-resilience's cache.
+//!
+//! Every iteration builds a fresh `ToolRequest` (so the payload digest, the key hashing,
+//! is computed in the measured path), in the baseline too.
+
+// `criterion_group!` generates a public function without docs.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use serde_json::json;
+use toolshield_benches::{payload_200b, BareTool};
+use toolshield_cache::{CacheConfig, CacheLayer};
+use toolshield_core::{CallKind, ToolRequest};
+use toolshield_idempotency::{IdempotencyConfig, IdempotencyLayer};
+use tower::{Layer, Service, ServiceExt};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+}
+
+fn read(payload: &serde_json::Value) -> ToolRequest {
+    ToolRequest::new("weather", payload.clone()).kind(CallKind::ReadOnly)
+}
+
+fn cache_hit(c: &mut Criterion) {
+    let rt = rt();
+    let payload = payload_200b();
+    let mut g = c.benchmark_group("cache_hit");
+
+    let mut bare = BareTool::new();
+    g.bench_function("bare", |b| {
+        b.to_async(&rt).iter(|| {
+            let req = read(&payload);
+            let fut = bare.call(req);
+            async move { black_box(fut.await) }
+        })
+    });
+
+    // What the key alone costs: canonical JSON (RFC 8785) + SHA-256 of a 200-byte payload.
+    g.bench_function("key-hashing-only", |b| {
+        b.iter(|| black_box(read(&payload).cache_key()))
+    });
+
+    let layer =
+        CacheLayer::new(CacheConfig::default().with_ttl("weather", Duration::from_secs(3600)))
+            .expect("config");
+    let mut svc = layer.layer(BareTool::new());
+    rt.block_on(async {
+        svc.ready()
+            .await
+            .expect("ready")
+            .call(read(&payload))
+            .await
+            .expect("warm")
+    });
+    g.bench_function("toolshield", |b| {
+        b.to_async(&rt).iter(|| {
+            let req = read(&payload);
+            let fut = svc.call(req);
+            async move {
+                let r = fut.await;
+                debug_assert!(r.as_ref().is_ok_and(|r| r.provenance.cache_hit));
+                black_box(r)
+            }
+        })
+    });
+
+    // tower-resilience with a comparable key: the same `{tool}:{sha256(canonical)}`.
+    let peer = tower_resilience::cache::CacheLayer::builder()
+        .max_size(10_000)
+        .ttl(Duration::from_secs(3600))
+        .key_extractor(|req: &ToolRequest| req.cache_key().unwrap_or_default())
+        .build()
+        .expect("peer config");
+    let mut psvc = peer.layer(BareTool::new());
+    rt.block_on(async {
+        psvc.ready()
+            .await
+            .expect("ready")
+            .call(read(&payload))
+            .await
+            .expect("warm")
+    });
+    g.bench_function("tower-resilience", |b| {
+        b.to_async(&rt).iter(|| {
+            let req = read(&payload);
+            let fut = psvc.call(req);
+            async move { black_box(fut.await) }
+        })
+    });
+    g.finish();
+}
+
+fn cache_miss(c: &mut Criterion) {
+    let rt = rt();
+    let mut g = c.benchmark_group("cache_miss");
+    let mut n = 0u64;
+    let mut next = move || {
+        n += 1;
+        ToolRequest::new("weather", json!({"city": "Paris", "n": n})).kind(CallKind::ReadOnly)
+    };
+
+    let mut bare = BareTool::new();
+    g.bench_function("bare", |b| {
+        b.to_async(&rt).iter(|| {
+            let fut = bare.call(next());
+            async move { black_box(fut.await) }
+        })
+    });
+
+    let layer =
+        CacheLayer::new(CacheConfig::default().with_ttl("weather", Duration::from_secs(3600)))
+            .expect("config");
+    let mut svc = layer.layer(BareTool::new());
+    g.bench_function("toolshield", |b| {
+        b.to_async(&rt).iter(|| {
+            let fut = svc.call(next());
+            async move { black_box(fut.await) }
+        })
+    });
+    g.finish();
+}
+
+fn idempotent_replay(c: &mut Criterion) {
+    let rt = rt();
+    let payload = json!({"amount": 42, "currency": "EUR", "to": "acct_123"});
+    let pay = |p: &serde_json::Value| {
+        ToolRequest::new("pay", p.clone())
+            .kind(CallKind::Mutating)
+            .idempotency_key("order-7")
+    };
+    let mut g = c.benchmark_group("idempotent_replay");
+
+    let mut bare = BareTool::new();
+    g.bench_function("bare", |b| {
+        b.to_async(&rt).iter(|| {
+            let fut = bare.call(pay(&payload));
+            async move { black_box(fut.await) }
+        })
+    });
+
+    let layer = IdempotencyLayer::new(IdempotencyConfig::default()).expect("config");
+    let mut svc = layer.layer(BareTool::new());
+    rt.block_on(async {
+        svc.ready()
+            .await
+            .expect("ready")
+            .call(pay(&payload))
+            .await
+            .expect("first")
+    });
+    g.bench_function("toolshield", |b| {
+        b.to_async(&rt).iter(|| {
+            let fut = svc.call(pay(&payload));
+            async move {
+                let r = fut.await;
+                debug_assert!(r.as_ref().is_ok_and(|r| r.provenance.replayed));
+                black_box(r)
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, cache_hit, cache_miss, idempotent_replay);
+criterion_main!(benches);

@@ -1,0 +1,226 @@
+//! [`Cache`]: the service and its hit / miss / single-flight / stale-if-error paths.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use chrono::Utc;
+use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use tower_service::Service;
+
+use crate::config::CachePolicy;
+use crate::flight::Join;
+use crate::future::ResponseFuture;
+use crate::handle::{bump, Shared};
+
+/// Marks a request whose result belongs to its caller: its cache key is namespaced by
+/// the caller id whatever the tool's configuration (`req.extension(PerUser)`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PerUser;
+
+/// The storage key of a cached result: `cache:{tool}:digest`, or
+/// `cache:{tool}:namespace/digest` when namespaced by caller. The braces are a Redis
+/// Cluster hash tag.
+///
+/// ```
+/// use toolshield_core::Digest;
+/// let d = Digest::of_bytes(b"{}");
+/// let k = toolshield_cache::storage_key("weather", Some("agent-7"), &d);
+/// assert_eq!(k, format!("cache:{{weather}}:agent-7/{d}"));
+/// ```
+pub fn storage_key(tool: &str, namespace: Option<&str>, digest: &Digest) -> String {
+    use std::fmt::Write as _;
+    let ns = namespace.map_or(0, |n| n.len() + 1);
+    let mut s = String::with_capacity(9 + tool.len() + ns + 64);
+    s.push_str("cache:{");
+    s.push_str(tool);
+    s.push_str("}:");
+    if let Some(n) = namespace {
+        s.push_str(n);
+        s.push('/');
+    }
+    // Writing into a String does not fail.
+    let _ = write!(s, "{digest}");
+    s
+}
+
+/// The cache service: see [`CacheLayer`](crate::CacheLayer).
+pub struct Cache<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: Clone> Clone for Cache<S> {
+    fn clone(&self) -> Self {
+        Cache {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for Cache<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Cache<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Cache { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// The storage key of `req` under `policy`, or `None` when the request is not cached.
+pub(crate) fn key_for(req: &ToolRequest, policy: &CachePolicy) -> Option<String> {
+    if !req.call_kind().is_cacheable() || policy.ttl.is_zero() {
+        return None;
+    }
+    // A payload RFC 8785 cannot represent is not cached; the tool decides what it means.
+    let digest = req.payload_digest().ok()?;
+    let ns = if policy.per_user || req.extensions().get::<PerUser>().is_some() {
+        req.meta().caller_id.as_deref()
+    } else {
+        None
+    };
+    Some(storage_key(req.tool(), ns, &digest))
+}
+
+impl<S> Service<ToolRequest> for Cache<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+    S::Error: Into<ToolError> + Send,
+    S::Future: Send + 'static,
+{
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        if !req.call_kind().is_cacheable() {
+            return ResponseFuture::passthrough(self.inner.call(req));
+        }
+        let policy = self.shared.config.policy_for(req.tool());
+        let Some(key) = key_for(&req, &policy) else {
+            return ResponseFuture::passthrough(self.inner.call(req));
+        };
+        let clone = self.inner.clone();
+        let svc = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::cached(Box::pin(run(
+            Arc::clone(&self.shared),
+            svc,
+            req,
+            key,
+            policy,
+        )))
+    }
+}
+
+/// Whether a failure may be answered with a stale entry: the tool is unavailable (a
+/// retriable error, an execution failure, an open circuit), not wrong input or access.
+fn serves_stale(kind: ErrorKind) -> bool {
+    kind.is_retriable() || matches!(kind, ErrorKind::ExecutionFailed | ErrorKind::CircuitOpen)
+}
+
+fn hit(mut resp: ToolResponse) -> ToolResponse {
+    resp.provenance.cache_hit = true;
+    resp
+}
+
+async fn run<S>(
+    shared: Arc<Shared>,
+    svc: S,
+    req: ToolRequest,
+    key: String,
+    policy: CachePolicy,
+) -> Result<ToolResponse, ToolError>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<ToolError>,
+{
+    let counters = &shared.counters;
+    let grace = policy.stale_if_error;
+    let mut call = Some((svc, req));
+    loop {
+        let mut stale: Option<ToolResponse> = None;
+        match shared.store.get(&key).await {
+            Ok(Some(found)) if found.ttl_left > grace => {
+                bump(&counters.hits);
+                return Ok(hit(found.response));
+            }
+            Ok(Some(found)) => stale = Some(found.response),
+            Ok(None) => {}
+            Err(e) => {
+                bump(&counters.store_errors);
+                tracing::warn!(error = %e, "cache store unavailable: calling the tool");
+            }
+        }
+        match shared.flights.join(&key) {
+            Join::Follow(mut rx) => match rx.wait_for(Option::is_some).await {
+                Ok(shared_result) => {
+                    bump(&counters.coalesced);
+                    return match &*shared_result {
+                        Some(Ok(resp)) => Ok(hit(resp.clone())),
+                        Some(Err(e)) => Err(e.clone()),
+                        None => Err(ToolError::internal("single-flight ended without a result")),
+                    };
+                }
+                // The leader was dropped: look again, and lead if nobody else does.
+                Err(_) => continue,
+            },
+            Join::Lead(leader) => {
+                let Some((mut svc, req)) = call.take() else {
+                    return Err(ToolError::internal("cache called the tool twice"));
+                };
+                bump(&counters.misses);
+                let result = svc.call(req).await.map_err(Into::into);
+                let result = match result {
+                    Ok(mut resp) => {
+                        if resp.provenance.fetched_at.is_none() {
+                            resp.provenance.fetched_at = Some(Utc::now());
+                        }
+                        if !resp.is_error() {
+                            let ttl = policy.ttl.saturating_add(grace);
+                            if let Err(e) = shared.store.put(&key, resp.clone(), ttl).await {
+                                bump(&counters.store_errors);
+                                tracing::warn!(error = %e, "cache store unavailable: result not cached");
+                            }
+                        }
+                        Ok(resp)
+                    }
+                    Err(e) => match stale {
+                        Some(mut old) if !grace.is_zero() && serves_stale(e.kind()) => {
+                            bump(&counters.stale);
+                            tracing::warn!(code = e.code(), "serving a stale cache entry");
+                            old.provenance.stale = true;
+                            Ok(hit(old))
+                        }
+                        _ => Err(e),
+                    },
+                };
+                leader.finish(&result);
+                return result;
+            }
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! Behaviour of the cache layer, on a paused clock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use serde_json::{json, Value};
+use tokio::time::{advance, sleep};
+use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, PerUser};
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use tower::util::BoxCloneService;
+use tower::{service_fn, Layer, ServiceExt};
+
+type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
+
+/// A tool that counts its calls, takes `delay`, and answers with `answer(call number)`.
+fn tool<F>(calls: &Arc<AtomicUsize>, delay: Duration, answer: F) -> Svc
+where
+    F: Fn(usize) -> Result<ToolResponse, ToolError> + Clone + Send + Sync + 'static,
+{
+    let calls = Arc::clone(calls);
+    BoxCloneService::new(service_fn(move |_req: ToolRequest| {
+        let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let answer = answer.clone();
+        async move {
+            if !delay.is_zero() {
+                sleep(delay).await;
+            }
+            answer(n)
+        }
+    }))
+}
+
+fn ok_n(n: usize) -> Result<ToolResponse, ToolError> {
+    Ok(ToolResponse::new(json!({ "n": n })))
+}
+
+fn weather() -> ToolRequest {
+    ToolRequest::new("weather", json!({"city": "Paris", "units": "metric"}))
+        .kind(CallKind::ReadOnly)
+}
+
+fn layer(ttl: Duration, grace: Duration) -> (CacheLayer, CacheHandle) {
+    let cfg = CacheConfig::default()
+        .with_ttl("weather", ttl)
+        .with_stale_if_error(grace);
+    let layer = CacheLayer::new(cfg).expect("valid config");
+    let handle = layer.handle();
+    (layer, handle)
+}
+
+async fn call(svc: &Svc, layer: &CacheLayer, req: ToolRequest) -> Result<ToolResponse, ToolError> {
+    layer.layer(svc.clone()).oneshot(req).await
+}
+
+fn n_of(r: &ToolResponse) -> Value {
+    r.output["n"].clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn miss_then_hit_runs_the_tool_once() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let (layer, handle) = layer(Duration::from_secs(60), Duration::ZERO);
+
+    let first = call(&svc, &layer, weather()).await.expect("miss");
+    assert!(!first.provenance.cache_hit, "a miss is not a cache hit");
+    // Same payload, keys in another order: same key.
+    let reordered = ToolRequest::new("weather", json!({"units": "metric", "city": "Paris"}))
+        .kind(CallKind::ReadOnly);
+    let second = call(&svc, &layer, reordered).await.expect("hit");
+    assert!(second.provenance.cache_hit, "a hit is marked cache_hit");
+    assert_eq!(n_of(&second), json!(1));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let c = handle.counts();
+    assert_eq!((c.hits, c.misses), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn hit_keeps_the_original_fetched_at() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let at = Utc
+        .with_ymd_and_hms(2025, 1, 15, 12, 0, 0)
+        .single()
+        .expect("date");
+    let svc = tool(&calls, Duration::ZERO, move |n| {
+        let mut r = ToolResponse::new(json!({ "n": n }));
+        r.provenance.fetched_at = Some(at);
+        Ok(r)
+    });
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    call(&svc, &layer, weather()).await.expect("miss");
+    advance(Duration::from_secs(30)).await;
+    let hit = call(&svc, &layer, weather()).await.expect("hit");
+    assert!(hit.provenance.cache_hit);
+    assert_eq!(
+        hit.provenance.fetched_at,
+        Some(at),
+        "a hit keeps the original fetched_at"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn miss_stamps_fetched_at_and_hit_returns_it() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    let first = call(&svc, &layer, weather()).await.expect("miss");
+    let stamped = first
+        .provenance
+        .fetched_at
+        .expect("a miss stamps fetched_at");
+    let hit = call(&svc, &layer, weather()).await.expect("hit");
+    assert_eq!(hit.provenance.fetched_at, Some(stamped));
+}
+
+#[tokio::test(start_paused = true)]
+async fn entries_expire_after_their_ttl() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    call(&svc, &layer, weather()).await.expect("miss");
+    advance(Duration::from_secs(59)).await;
+    assert!(
+        call(&svc, &layer, weather())
+            .await
+            .expect("hit")
+            .provenance
+            .cache_hit
+    );
+    advance(Duration::from_secs(2)).await;
+    let after = call(&svc, &layer, weather())
+        .await
+        .expect("miss after expiry");
+    assert!(!after.provenance.cache_hit, "an expired entry is a miss");
+    assert_eq!(n_of(&after), json!(2));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ttl_zero_turns_caching_off() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let (layer, handle) = layer(Duration::ZERO, Duration::ZERO);
+    for _ in 0..3 {
+        let r = call(&svc, &layer, weather()).await.expect("ok");
+        assert!(!r.provenance.cache_hit);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        handle.counts().misses,
+        0,
+        "TTL 0: the layer is a pass-through"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_read_only_calls_are_cached() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    for kind in [CallKind::Mutating, CallKind::Idempotent] {
+        let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(kind);
+        call(&svc, &layer, req.clone()).await.expect("ok");
+        let again = call(&svc, &layer, req).await.expect("ok");
+        assert!(!again.provenance.cache_hit, "{kind} calls are never cached");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_are_never_cached() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, |n| {
+        if n == 1 {
+            Err(ToolError::new(ErrorKind::UpstreamUnavailable, "503"))
+        } else if n == 2 {
+            Ok(ToolResponse::new(json!({"isError": true, "n": n})))
+        } else {
+            ok_n(n)
+        }
+    });
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    let e = call(&svc, &layer, weather())
+        .await
+        .expect_err("first call fails");
+    assert_eq!(e.kind(), ErrorKind::UpstreamUnavailable);
+    let in_band = call(&svc, &layer, weather())
+        .await
+        .expect("in-band error response");
+    assert!(in_band.is_error() && !in_band.provenance.cache_hit);
+    let third = call(&svc, &layer, weather()).await.expect("ok");
+    assert_eq!(n_of(&third), json!(3), "neither error was cached");
+    let fourth = call(&svc, &layer, weather()).await.expect("hit");
+    assert!(fourth.provenance.cache_hit);
+    assert_eq!(n_of(&fourth), json!(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_if_error_within_the_grace_then_not_after() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, |n| {
+        if n == 1 {
+            ok_n(n)
+        } else {
+            Err(ToolError::new(ErrorKind::ConnectionFailed, "refused"))
+        }
+    });
+    let (layer, handle) = layer(Duration::from_secs(10), Duration::from_secs(60));
+    let fresh = call(&svc, &layer, weather()).await.expect("miss");
+    // Still fresh: a plain hit, not stale.
+    advance(Duration::from_secs(5)).await;
+    let hit = call(&svc, &layer, weather()).await.expect("hit");
+    assert!(hit.provenance.cache_hit && !hit.provenance.stale);
+    // Past the TTL, inside the grace: the tool is called, fails, the stale entry is served.
+    advance(Duration::from_secs(20)).await;
+    let stale = call(&svc, &layer, weather()).await.expect("stale entry");
+    assert!(stale.provenance.stale, "served past its TTL: stale");
+    assert!(stale.provenance.cache_hit);
+    assert_eq!(stale.provenance.fetched_at, fresh.provenance.fetched_at);
+    assert_eq!(n_of(&stale), json!(1));
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "the tool was tried first");
+    assert_eq!(handle.counts().stale, 1);
+    // Past the grace: the error goes through.
+    advance(Duration::from_secs(60)).await;
+    let e = call(&svc, &layer, weather())
+        .await
+        .expect_err("past the grace");
+    assert_eq!(e.kind(), ErrorKind::ConnectionFailed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_if_error_serves_during_an_open_circuit_but_not_on_invalid_input() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, |n| match n {
+        1 => ok_n(n),
+        2 => Err(ToolError::new(
+            ErrorKind::CircuitOpen,
+            "circuit open for tool `weather`",
+        )),
+        _ => Err(ToolError::invalid_input("bad city")),
+    });
+    let (layer, _) = layer(Duration::from_secs(10), Duration::from_secs(60));
+    call(&svc, &layer, weather()).await.expect("miss");
+    advance(Duration::from_secs(11)).await;
+    let stale = call(&svc, &layer, weather())
+        .await
+        .expect("stale during open circuit");
+    assert!(stale.provenance.stale);
+    let e = call(&svc, &layer, weather())
+        .await
+        .expect_err("invalid input is not masked");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_flight_100_concurrent_misses_run_once() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::from_secs(1), ok_n);
+    let (layer, handle) = layer(Duration::from_secs(60), Duration::ZERO);
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let s = layer.layer(svc.clone());
+        set.spawn(s.oneshot(weather()));
+    }
+    let mut outputs = Vec::new();
+    while let Some(r) = set.join_next().await {
+        outputs.push(r.expect("task").expect("every caller gets the result"));
+    }
+    assert_eq!(outputs.len(), 100);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "exactly one execution");
+    assert!(outputs.iter().all(|r| r.output == json!({"n": 1})));
+    let c = handle.counts();
+    assert_eq!((c.misses, c.coalesced), (1, 99));
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_flight_errors_are_shared_but_not_cached() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::from_secs(1), |n| {
+        if n == 1 {
+            Err(ToolError::new(ErrorKind::Timeout, "slow"))
+        } else {
+            ok_n(n)
+        }
+    });
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        set.spawn(layer.layer(svc.clone()).oneshot(weather()));
+    }
+    while let Some(r) = set.join_next().await {
+        assert_eq!(
+            r.expect("task").expect_err("shared error").kind(),
+            ErrorKind::Timeout
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let next = call(&svc, &layer, weather()).await.expect("runs again");
+    assert_eq!(n_of(&next), json!(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_takes_over_when_the_leader_is_cancelled() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::from_secs(5), ok_n);
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    let leader = tokio::spawn(layer.layer(svc.clone()).oneshot(weather()));
+    sleep(Duration::from_millis(10)).await;
+    let mut followers = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        followers.spawn(layer.layer(svc.clone()).oneshot(weather()));
+    }
+    sleep(Duration::from_secs(1)).await;
+    leader.abort();
+    let mut n = 0;
+    while let Some(r) = followers.join_next().await {
+        let r = r
+            .expect("task")
+            .expect("a follower takes over: nobody hangs");
+        assert_eq!(n_of(&r), json!(2));
+        n += 1;
+    }
+    assert_eq!(n, 5);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the leader's call, then one take-over"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_user_requests_are_namespaced_by_caller() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    let alice = weather().caller("alice").extension(PerUser);
+    let bob = weather().caller("bob").extension(PerUser);
+    call(&svc, &layer, alice.clone()).await.expect("alice");
+    let b = call(&svc, &layer, bob).await.expect("bob");
+    assert!(!b.provenance.cache_hit, "bob does not see alice's entry");
+    assert!(
+        call(&svc, &layer, alice)
+            .await
+            .expect("alice")
+            .provenance
+            .cache_hit
+    );
+    // Untagged requests share one entry across callers.
+    let shared = call(&svc, &layer, weather().caller("carol"))
+        .await
+        .expect("carol");
+    assert!(!shared.provenance.cache_hit);
+    assert!(
+        call(&svc, &layer, weather().caller("dave"))
+            .await
+            .expect("dave")
+            .provenance
+            .cache_hit
+    );
+}
+
+#[test]
+fn config_is_validated_and_strict() {
+    let bad: Result<CacheConfig, _> = serde_json::from_str(r#"{"default_tll": "1s"}"#);
+    assert!(bad.is_err(), "unknown fields are rejected");
+    let cfg: CacheConfig =
+        serde_json::from_str(r#"{"default_ttl": "400d", "tools": {"w": {"ttl": "500d"}}}"#)
+            .expect("parses");
+    let err = cfg.validate().expect_err("too long");
+    assert_eq!(err.problems().len(), 2, "every problem is listed: {err}");
+    assert!(CacheLayer::new(cfg).is_err());
+}

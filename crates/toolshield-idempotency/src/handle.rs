@@ -1,0 +1,118 @@
+//! The layer's handle: counters for the metrics layer, and `forget` for reconciliation.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use toolshield_core::{ToolError, ToolRequest};
+
+use crate::config::IdempotencyConfig;
+use crate::key::{resolve, storage_key};
+use crate::store::{IdempotencyRecord, IdempotencyStore};
+
+/// Counters shared by every clone of a layer and its services.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) executions: AtomicU64,
+    pub(crate) replays: AtomicU64,
+    pub(crate) waits: AtomicU64,
+    pub(crate) in_progress: AtomicU64,
+    pub(crate) conflicts: AtomicU64,
+    pub(crate) outcome_unknown: AtomicU64,
+    pub(crate) store_errors: AtomicU64,
+    pub(crate) takeovers: AtomicU64,
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A snapshot of the idempotency counters (the metrics layer exports `replays` as
+/// `idempotency_cache_hits_total`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IdempotencyCounts {
+    /// Calls that claimed a key and ran the tool.
+    pub executions: u64,
+    /// Duplicates answered from a COMPLETED or FAILED record (the tool did not run).
+    pub replays: u64,
+    /// Duplicates that waited for a PENDING call.
+    pub waits: u64,
+    /// Duplicates rejected with `IN_PROGRESS` (fail-fast, or wait bound reached).
+    pub in_progress: u64,
+    /// Keys reused with another payload (`IDEMPOTENCY_KEY_REUSED`).
+    pub conflicts: u64,
+    /// Calls that ended `OUTCOME_UNKNOWN`.
+    pub outcome_unknown: u64,
+    /// Store operations that failed.
+    pub store_errors: u64,
+    /// Claims taken over from an owner whose lease had expired.
+    pub takeovers: u64,
+}
+
+pub(crate) struct Shared {
+    pub(crate) config: IdempotencyConfig,
+    pub(crate) store: Arc<dyn IdempotencyStore>,
+    pub(crate) counters: Counters,
+}
+
+/// A handle on a layer's state: counters, and records by hand. Cheap to clone.
+#[derive(Clone)]
+pub struct IdempotencyHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for IdempotencyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyHandle")
+            .field("counts", &self.counts())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdempotencyHandle {
+    /// The counters now.
+    pub fn counts(&self) -> IdempotencyCounts {
+        let c = &self.shared.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        IdempotencyCounts {
+            executions: l(&c.executions),
+            replays: l(&c.replays),
+            waits: l(&c.waits),
+            in_progress: l(&c.in_progress),
+            conflicts: l(&c.conflicts),
+            outcome_unknown: l(&c.outcome_unknown),
+            store_errors: l(&c.store_errors),
+            takeovers: l(&c.takeovers),
+        }
+    }
+
+    /// The key the layer uses for `req` (given, caller-scoped, or derived), or `None` when
+    /// the layer would not dedupe it.
+    pub fn key_for(&self, req: &ToolRequest) -> Result<Option<String>, ToolError> {
+        let c = &self.shared.config;
+        Ok(resolve(req, c.derive_keys, c.key_window, c.scope_keys_by_caller)?.map(|k| k.key))
+    }
+
+    /// The record of `key` for `tool`, if any.
+    pub async fn record(
+        &self,
+        tool: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, ToolError> {
+        Ok(self.shared.store.get(&storage_key(tool, key)).await?)
+    }
+
+    /// Clears the record of `key` for `tool` whatever its state (after reconciling an
+    /// `OUTCOME_UNKNOWN`, say). `Ok(true)` when there was one.
+    pub async fn forget(&self, tool: &str, key: &str) -> Result<bool, ToolError> {
+        Ok(self.shared.store.remove(&storage_key(tool, key)).await?)
+    }
+
+    /// Clears the record `req` would use.
+    pub async fn forget_request(&self, req: &ToolRequest) -> Result<bool, ToolError> {
+        match self.key_for(req)? {
+            Some(key) => self.forget(req.tool(), &key).await,
+            None => Ok(false),
+        }
+    }
+}

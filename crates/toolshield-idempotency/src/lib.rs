@@ -1,0 +1,76 @@
+//! Dedupe of mutating tool calls: the idempotency layer.
+//!
+//! A `Mutating` or `Idempotent` call carries an idempotency key (given, or derived as
+//! sha256(tool, canonical payload, caller, 1 h window)). The first call with a key
+//! *claims* it as PENDING with a lease (renewed while the call runs) and runs the tool;
+//! its outcome is recorded:
+//!
+//! | outcome | record | a duplicate gets |
+//! |---|---|---|
+//! | success | COMPLETED (24 h) | the same response, `provenance.replayed = true`, original `fetched_at` |
+//! | non-retriable failure | FAILED (60 s) | the same error |
+//! | retriable failure, cancellation | released | a fresh run |
+//! | a mutation that timed out after it was sent | FAILED `OUTCOME_UNKNOWN` (24 h) | `OUTCOME_UNKNOWN` until [`IdempotencyHandle::forget`] |
+//!
+//! A duplicate that arrives while the first call is PENDING waits for its result (up to
+//! 10 s) or fails fast with `IN_PROGRESS`; the same key with another payload is
+//! `IDEMPOTENCY_KEY_REUSED` and nothing runs; a claim whose owner died is taken over
+//! when its lease expires. When the store is unreachable the layer fails closed
+//! (`STORE_UNAVAILABLE`) or open (runs without dedupe), by config. `ReadOnly` calls pass
+//! through untouched.
+//!
+//! In the default stack it sits inside the cache and outside fallback and retry, so a
+//! retried mutation keeps one claim.
+//!
+//! Records live in an [`IdempotencyStore`]: [`InMemoryIdempotencyStore`] here (bounded,
+//! per-record TTL), Redis in `toolshield-redis`. Every store passes the contract suite in
+//! `testing::contract` (feature `testing`).
+//!
+//! # Example
+//!
+//! ```
+//! use serde_json::json;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_idempotency::{IdempotencyConfig, IdempotencyLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = IdempotencyLayer::new(IdempotencyConfig::default())?;
+//! let handle = layer.handle();
+//! let mut svc = ServiceBuilder::new().layer(layer).service(service_fn(|_req: ToolRequest| async {
+//!     Ok::<_, ToolError>(ToolResponse::new(json!({"charge": "ch_1"})))
+//! }));
+//!
+//! let pay = ToolRequest::new("pay", json!({"amount": 42})).kind(CallKind::Mutating).idempotency_key("order-7");
+//! let first = svc.ready().await?.call(pay.clone()).await?;
+//! let again = svc.ready().await?.call(pay).await?;
+//! assert!(!first.provenance.replayed && again.provenance.replayed);
+//! assert_eq!(first.output, again.output);
+//! assert_eq!(handle.counts().executions, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod future;
+mod handle;
+mod key;
+mod layer;
+mod memory;
+mod service;
+mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use config::{IdempotencyConfig, OnPending, OnStoreError};
+pub use future::ResponseFuture;
+pub use handle::{IdempotencyCounts, IdempotencyHandle};
+pub use key::{derive_key, storage_key};
+pub use layer::IdempotencyLayer;
+pub use memory::{InMemoryIdempotencyStore, MemoryStoreConfig};
+pub use service::Idempotency;
+pub use store::{
+    ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError, StoreFuture,
+    StoredError,
+};

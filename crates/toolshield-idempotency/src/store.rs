@@ -1,0 +1,287 @@
+//! The idempotency store contract: records, the [`IdempotencyStore`] trait and its errors.
+//!
+//! Every operation is designed to be **one round trip** to a shared store such as Redis:
+//!
+//! | operation | meaning | Redis |
+//! |---|---|---|
+//! | [`claim`](IdempotencyStore::claim) | create a PENDING record if absent, else return the existing one | `SET key json NX PX lease GET` (Redis >= 7.0; a Lua script before) |
+//! | [`complete`](IdempotencyStore::complete) | owner-checked replace of PENDING by COMPLETED | Lua: owner check, then `SET key json PX ttl` |
+//! | [`fail`](IdempotencyStore::fail) | owner-checked replace of PENDING by FAILED | the same Lua script |
+//! | [`renew`](IdempotencyStore::renew) | owner-checked lease extension | Lua: owner check, then `SET key json PX lease` |
+//! | [`release`](IdempotencyStore::release) | owner-checked delete | Lua: owner check, then `DEL key` |
+//! | [`get`](IdempotencyStore::get) | read | `GET key` |
+//! | [`remove`](IdempotencyStore::remove) | unconditional delete (`forget`) | `DEL key` |
+//!
+//! The *owner check* (fencing) passes only when the stored record is `PENDING` **and** its
+//! `owner` equals the caller's owner: a call whose lease expired and was taken over can
+//! no longer overwrite the new owner's record, and a finished record is never released.
+//!
+//! Expiry belongs to the store: a PENDING record lives for its lease (the store's TTL *is*
+//! the lease, so an expired lease simply disappears and the next `claim` takes it over), a
+//! COMPLETED or FAILED record for the TTL given to `complete`/`fail`. The wall-clock
+//! `lease_until` and `expires_at` inside the record are informational (reconciliation,
+//! admin views); no decision is made on them.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use toolshield_core::{Digest, ErrorKind, ToolError, ToolResponse};
+
+/// The future every store operation returns: stores do I/O, so one boxed future per
+/// operation is invisible next to a network round trip, and it keeps the trait object-safe
+/// (`Arc<dyn IdempotencyStore>`).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The lifecycle state of an idempotency record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RecordStatus {
+    /// A call holds the key and is running.
+    Pending,
+    /// The call succeeded; `result` holds its response.
+    Completed,
+    /// The call failed in a way that is replayed for a while; `error` holds the error.
+    Failed,
+}
+
+/// An error as stored in a FAILED record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredError {
+    /// The canonical kind.
+    pub kind: ErrorKind,
+    /// The message.
+    pub message: String,
+    /// The wait the tool asked for, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+impl StoredError {
+    /// Captures a [`ToolError`] (its source is not kept: it is not serialisable).
+    pub fn from_error(error: &ToolError) -> Self {
+        StoredError {
+            kind: error.kind(),
+            message: error.message().to_owned(),
+            retry_after_ms: error
+                .retry_after()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+
+    /// Rebuilds the [`ToolError`].
+    pub fn to_error(&self) -> ToolError {
+        let e = ToolError::new(self.kind, self.message.clone());
+        match self.retry_after_ms {
+            Some(ms) => e.with_retry_after(Duration::from_millis(ms)),
+            None => e,
+        }
+    }
+}
+
+/// One idempotency record, serialised as JSON so a shared store can keep it as a string.
+///
+/// ```
+/// use toolshield_core::Digest;
+/// use toolshield_idempotency::{IdempotencyRecord, RecordStatus};
+///
+/// let rec = IdempotencyRecord::pending(Digest::of_bytes(b"{}"), "exec-1", std::time::Duration::from_secs(30));
+/// assert_eq!(rec.status, RecordStatus::Pending);
+/// let json = serde_json::to_string(&rec).unwrap();
+/// assert!(json.contains("\"status\":\"PENDING\""));
+/// assert_eq!(serde_json::from_str::<IdempotencyRecord>(&json).unwrap(), rec);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct IdempotencyRecord {
+    /// The lifecycle state.
+    pub status: RecordStatus,
+    /// SHA-256 of the canonical payload the key was first used with.
+    pub payload_hash: Digest,
+    /// The response of a COMPLETED call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ToolResponse>,
+    /// The error of a FAILED call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<StoredError>,
+    /// The execution id of the call that claimed the key (the fencing token).
+    pub owner: String,
+    /// When the lease of a PENDING record ends (wall clock, informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<DateTime<Utc>>,
+    /// When the record expires (wall clock, informational; the store's TTL decides).
+    pub expires_at: DateTime<Utc>,
+}
+
+fn wall_after(d: Duration) -> DateTime<Utc> {
+    let now = Utc::now();
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+impl IdempotencyRecord {
+    /// A PENDING record owned by `owner`, with a lease of `lease`.
+    pub fn pending(payload_hash: Digest, owner: impl Into<String>, lease: Duration) -> Self {
+        let until = wall_after(lease);
+        IdempotencyRecord {
+            status: RecordStatus::Pending,
+            payload_hash,
+            result: None,
+            error: None,
+            owner: owner.into(),
+            lease_until: Some(until),
+            expires_at: until,
+        }
+    }
+
+    /// A COMPLETED record holding `response`, kept for `ttl`.
+    pub fn completed(
+        payload_hash: Digest,
+        owner: impl Into<String>,
+        response: ToolResponse,
+        ttl: Duration,
+    ) -> Self {
+        IdempotencyRecord {
+            status: RecordStatus::Completed,
+            payload_hash,
+            result: Some(response),
+            error: None,
+            owner: owner.into(),
+            lease_until: None,
+            expires_at: wall_after(ttl),
+        }
+    }
+
+    /// A FAILED record holding `error`, kept for `ttl`.
+    pub fn failed(
+        payload_hash: Digest,
+        owner: impl Into<String>,
+        error: &ToolError,
+        ttl: Duration,
+    ) -> Self {
+        IdempotencyRecord {
+            status: RecordStatus::Failed,
+            payload_hash,
+            result: None,
+            error: Some(StoredError::from_error(error)),
+            owner: owner.into(),
+            lease_until: None,
+            expires_at: wall_after(ttl),
+        }
+    }
+
+    /// The same record with its lease (and informational times) moved to `lease` from now.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        let until = wall_after(lease);
+        self.lease_until = Some(until);
+        self.expires_at = until;
+        self
+    }
+
+    /// Whether the owner check passes for `owner`: the record is PENDING and owned by it.
+    pub fn is_owned_by(&self, owner: &str) -> bool {
+        self.status == RecordStatus::Pending && self.owner == owner
+    }
+}
+
+/// What [`IdempotencyStore::claim`] found.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // returned once per claim, next to a store round trip
+pub enum ClaimOutcome {
+    /// The key was free: the PENDING record was written and the caller owns it.
+    Claimed,
+    /// The key is held: the record that is there (PENDING with a live lease, COMPLETED or
+    /// FAILED). Nothing was written.
+    Existing(IdempotencyRecord),
+}
+
+/// A store could not do what was asked (connection lost, timeout, corrupt record).
+#[derive(Debug, Clone)]
+pub struct StoreError {
+    message: String,
+}
+
+impl StoreError {
+    /// A store error with a short lowercase message.
+    pub fn new(message: impl Into<String>) -> Self {
+        StoreError {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "idempotency store: {}", self.message)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> Self {
+        ToolError::from_source(ErrorKind::StoreUnavailable, e)
+    }
+}
+
+/// Where idempotency records live.
+///
+/// Keys are full storage keys (`idemp:{tool}:key`, see [`storage_key`](crate::storage_key)).
+/// Implementations must make each operation atomic with respect to the others on the same
+/// key (a Redis command or script is; the in-memory store uses a per-key lock), and must
+/// pass the contract suite in `testing::contract` (feature `testing`).
+pub trait IdempotencyStore: Send + Sync + 'static {
+    /// Creates `record` (PENDING) under `key` with a TTL of `lease` if no live record is
+    /// there; else returns the live record untouched.
+    fn claim<'a>(
+        &'a self,
+        key: &'a str,
+        record: IdempotencyRecord,
+        lease: Duration,
+    ) -> StoreFuture<'a, ClaimOutcome>;
+
+    /// Replaces the PENDING record owned by `owner` with `record` (COMPLETED), kept for
+    /// `ttl`. `Ok(false)` when the owner check fails (nothing written).
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        record: IdempotencyRecord,
+        ttl: Duration,
+    ) -> StoreFuture<'a, bool>;
+
+    /// Replaces the PENDING record owned by `owner` with `record` (FAILED), kept for `ttl`.
+    /// `Ok(false)` when the owner check fails (nothing written).
+    fn fail<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        record: IdempotencyRecord,
+        ttl: Duration,
+    ) -> StoreFuture<'a, bool>;
+
+    /// Extends the lease of the PENDING record owned by `owner` to `lease` from now.
+    /// `Ok(false)` when the owner check fails (the lease was lost).
+    fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool>;
+
+    /// Deletes the PENDING record owned by `owner`, so the key can be claimed again.
+    /// `Ok(false)` when the owner check fails (nothing deleted).
+    fn release<'a>(&'a self, key: &'a str, owner: &'a str) -> StoreFuture<'a, bool>;
+
+    /// The live record under `key`, if any.
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>>;
+
+    /// Deletes the record under `key` whatever its state (the handle's `forget`).
+    /// `Ok(true)` when a live record was deleted.
+    fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool>;
+}

@@ -1,0 +1,66 @@
+//! The idempotency store contract suite, run for the in-memory store, and its memory bound.
+
+use std::time::Duration;
+
+use toolshield_core::Digest;
+use toolshield_idempotency::testing::contract;
+use toolshield_idempotency::{
+    ClaimOutcome, IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore, MemoryStoreConfig,
+};
+
+#[tokio::test(start_paused = true)]
+async fn in_memory_store_passes_the_contract() {
+    contract::run_all(InMemoryIdempotencyStore::new).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_memory_store_as_trait_object_passes_the_contract() {
+    let store: Box<dyn IdempotencyStore> = Box::new(InMemoryIdempotencyStore::new());
+    contract::claim_returns_existing(&*store).await;
+    contract::expired_lease_is_taken_over(&*store).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
+    let cfg = MemoryStoreConfig {
+        max_entries: 1_000,
+        max_bytes: 1_000_000,
+    };
+    let store = InMemoryIdempotencyStore::with_config(&cfg).expect("valid");
+    let lease = Duration::from_secs(3600);
+    let hash = Digest::of_bytes(b"payload");
+    for i in 0..1_000_000u32 {
+        let key = format!("idemp:{{flood}}:{i}");
+        let rec = IdempotencyRecord::pending(hash, "owner", lease);
+        let out = store.claim(&key, rec, lease).await.expect("claim");
+        assert_eq!(out, ClaimOutcome::Claimed);
+        if i % 10_000 == 9_999 {
+            store.run_pending_tasks();
+            assert!(
+                store.entry_count() <= cfg.max_entries,
+                "entries {} > bound at {i}",
+                store.entry_count()
+            );
+            assert!(
+                store.weighted_size() <= cfg.max_bytes,
+                "bytes {} > bound at {i}",
+                store.weighted_size()
+            );
+        }
+    }
+    store.run_pending_tasks();
+    assert!(store.entry_count() <= cfg.max_entries);
+    assert!(store.entry_count() > 0);
+}
+
+#[test]
+fn bounds_are_validated() {
+    let err = MemoryStoreConfig {
+        max_entries: 10,
+        max_bytes: 5,
+    }
+    .validate()
+    .expect_err("invalid");
+    assert_eq!(err.problems().len(), 1);
+    assert!(InMemoryIdempotencyStore::with_config(&MemoryStoreConfig::default()).is_ok());
+}
