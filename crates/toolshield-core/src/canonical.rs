@@ -4,8 +4,8 @@
 //! whitespace) canonicalise to the same bytes and so to the same digest. serde_json's own
 //! map order is never relied on.
 
+use std::cmp::Ordering;
 use std::fmt;
-use std::io;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -71,33 +71,167 @@ impl<'de> Deserialize<'de> for Digest {
     }
 }
 
-/// Feeds the canonical bytes straight into the hasher: no intermediate buffer.
-struct HashWriter(Sha256);
+/// Where canonical bytes go: a hasher or a buffer.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
 
-impl io::Write for HashWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
+impl Sink for Sha256 {
+    fn put(&mut self, bytes: &[u8]) {
+        self.update(bytes);
     }
+}
 
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
     }
+}
+
+/// Orders two keys by their UTF-16 code units, as RFC 8785 §3.2.3 requires.
+fn utf16_cmp(a: &str, b: &str) -> Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        return a.as_bytes().cmp(b.as_bytes());
+    }
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
+/// Writes `value` in RFC 8785 form: object members sorted by UTF-16 code units, no
+/// whitespace, numbers as ECMAScript writes doubles, strings with the minimal escapes of
+/// `JSON.stringify`.
+fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
+    match value {
+        Value::Null => out.put(b"null"),
+        Value::Bool(true) => out.put(b"true"),
+        Value::Bool(false) => out.put(b"false"),
+        Value::Number(n) => write_number(n, out),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.put(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.put(b",");
+                }
+                write_canonical(item, out);
+            }
+            out.put(b"]");
+        }
+        Value::Object(map) => {
+            // serde_json's map is usually ordered by bytes already, which is UTF-16 order
+            // for nearly every key; sort only when it is not.
+            let mut sorted = true;
+            let mut prev: Option<&str> = None;
+            for k in map.keys() {
+                if let Some(p) = prev {
+                    if utf16_cmp(p, k) != Ordering::Less {
+                        sorted = false;
+                        break;
+                    }
+                }
+                prev = Some(k);
+            }
+            out.put(b"{");
+            if sorted {
+                for (i, (k, v)) in map.iter().enumerate() {
+                    if i > 0 {
+                        out.put(b",");
+                    }
+                    write_string(k, out);
+                    out.put(b":");
+                    write_canonical(v, out);
+                }
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.put(b",");
+                    }
+                    write_string(k, out);
+                    out.put(b":");
+                    write_canonical(v, out);
+                }
+            }
+            out.put(b"}");
+        }
+    }
+}
+
+fn write_number<S: Sink>(n: &serde_json::Number, out: &mut S) {
+    // I-JSON numbers are IEEE doubles: integers beyond 2^53 lose precision exactly as
+    // they would in JavaScript, which is what RFC 8785 specifies.
+    let f = if let Some(i) = n.as_i64() {
+        i as f64
+    } else if let Some(u) = n.as_u64() {
+        u as f64
+    } else {
+        n.as_f64().unwrap_or(0.0)
+    };
+    if f == 0.0 {
+        // both 0 and -0 are written "0"
+        out.put(b"0");
+        return;
+    }
+    let mut buf = ryu_js::Buffer::new();
+    out.put(buf.format_finite(f).as_bytes());
+}
+
+fn write_string<S: Sink>(s: &str, out: &mut S) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.put(b"\"");
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => &[],
+            _ => continue,
+        };
+        if start < i {
+            out.put(&bytes[start..i]);
+        }
+        if escape.is_empty() {
+            out.put(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 0xf) as usize],
+            ]);
+        } else {
+            out.put(escape);
+        }
+        start = i + 1;
+    }
+    if start < bytes.len() {
+        out.put(&bytes[start..]);
+    }
+    out.put(b"\"");
 }
 
 /// The RFC 8785 canonical form of a JSON value.
+///
+/// Every `serde_json::Value` has a canonical form, so this cannot fail; the `Result` is
+/// kept so a future value type that can hold non-finite numbers fits the same signature.
 pub fn canonical_json(value: &Value) -> Result<String, ToolError> {
-    serde_jcs::to_string(value).map_err(|e| ToolError::from_source(ErrorKind::InvalidInput, e))
+    let mut buf = Vec::with_capacity(128);
+    write_canonical(value, &mut buf);
+    String::from_utf8(buf).map_err(|e| ToolError::from_source(ErrorKind::Internal, e))
 }
 
-/// SHA-256 of the canonical JSON of `value`.
-///
-/// Fails with `INVALID_INPUT` only for values RFC 8785 cannot represent.
+/// SHA-256 of the canonical JSON of `value`, streamed into the hasher without an
+/// intermediate buffer.
 pub fn payload_digest(value: &Value) -> Result<Digest, ToolError> {
-    let mut w = HashWriter(Sha256::new());
-    serde_jcs::to_writer(&mut w, value)
-        .map_err(|e| ToolError::from_source(ErrorKind::InvalidInput, e))?;
-    Ok(Digest(w.0.finalize().into()))
+    let mut hasher = Sha256::new();
+    write_canonical(value, &mut hasher);
+    Ok(Digest(hasher.finalize().into()))
 }
 
 /// The cache key of a read-only call: `{tool}:{sha256(canonical payload)}`.
