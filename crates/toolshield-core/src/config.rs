@@ -42,6 +42,9 @@ impl ConfigError {
 
     /// Prefixes every field path with `prefix.` (to nest a layer's config in a larger one).
     pub fn prefixed(mut self, prefix: &str) -> Self {
+        if prefix.is_empty() {
+            return self;
+        }
         for p in &mut self.problems {
             p.field = if p.field.is_empty() {
                 prefix.to_owned()

@@ -1,0 +1,263 @@
+//! Circuit breaker, closed state, admit + record: the bare service, toolshield's breaker
+//! and the breakers of recloser, failsafe and tower-resilience in one group; the same on
+//! two threads sharing one hot key; and the memory one breaker takes.
+
+// `criterion_group!` generates a public function without docs.
+#![allow(missing_docs)]
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use std::future::{ready, Ready};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use http::Extensions;
+use serde_json::Value;
+use tokio::time::Instant as TokioInstant;
+use tokio_util::sync::CancellationToken;
+use toolshield_breaker::{BreakerLayer, BreakerRegistry};
+use toolshield_core::{CallKind, ShieldRequest, ToolError, ToolResponse};
+use tower::{Layer, Service};
+
+/// A request that costs nothing to build and drop, so the group measures the breakers
+/// and not the request (a `ToolRequest` clone touches two cancellation tokens, whose
+/// shared lock would dominate the two-thread figures).
+#[derive(Clone, Default)]
+struct LiteRequest {
+    extensions: Extensions,
+}
+
+impl ShieldRequest for LiteRequest {
+    fn tool(&self) -> &str {
+        "weather"
+    }
+    fn call_kind(&self) -> CallKind {
+        CallKind::ReadOnly
+    }
+    fn get_idempotency_key(&self) -> Option<&str> {
+        None
+    }
+    fn call_token(&self) -> Option<&CancellationToken> {
+        None
+    }
+    fn attempt_token(&self) -> Option<&CancellationToken> {
+        None
+    }
+    fn deadline_at(&self) -> Option<TokioInstant> {
+        None
+    }
+    fn set_deadline(&mut self, _deadline: TokioInstant) {}
+    fn attempt(&self) -> u32 {
+        1
+    }
+    fn begin_attempt(&mut self, _attempt: u32) {}
+    fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+}
+
+/// The baseline tool: answers at once.
+#[derive(Clone, Copy, Default)]
+struct BareTool;
+
+impl Service<LiteRequest> for BareTool {
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = Ready<Result<ToolResponse, ToolError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: LiteRequest) -> Self::Future {
+        ready(Ok(ToolResponse::new(Value::Bool(true))))
+    }
+}
+
+type ToolRequest = LiteRequest;
+
+/// Polls a future to completion on the current thread with a no-op waker: every entry
+/// of a group pays the same (nothing) for the executor.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut fut = pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
+
+/// One call through `svc` (readiness, call, await), asserting success.
+fn call<S>(svc: &mut S, req: &ToolRequest)
+where
+    S: Service<ToolRequest>,
+    S::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let _ = svc.poll_ready(&mut cx);
+    let res = block_on(svc.call(req.clone()));
+    assert!(res.is_ok());
+}
+
+fn recloser_new() -> recloser::Recloser {
+    recloser::Recloser::custom()
+        .error_rate(0.5)
+        .closed_len(100)
+        .half_open_len(1)
+        .open_wait(Duration::from_secs(30))
+        .build()
+}
+
+fn failsafe_new() -> impl failsafe::CircuitBreaker + Clone + Send + Sync {
+    let backoff = failsafe::backoff::constant(Duration::from_secs(30));
+    failsafe::Config::new()
+        .failure_policy(failsafe::failure_policy::consecutive_failures(5, backoff))
+        .build()
+}
+
+fn closed_admit_record(c: &mut Criterion) {
+    let req = LiteRequest::default();
+    let mut g = c.benchmark_group("breaker_closed_admit_record");
+
+    let mut bare = BareTool;
+    g.bench_function("bare", |b| b.iter(|| call(&mut bare, black_box(&req))));
+
+    let mut ours = BreakerLayer::new(BreakerRegistry::default()).layer(BareTool);
+    g.bench_function("toolshield", |b| {
+        b.iter(|| call(&mut ours, black_box(&req)))
+    });
+
+    let rec = recloser_new();
+    let mut inner = BareTool;
+    g.bench_function("recloser", |b| {
+        b.iter(|| {
+            let r = rec.call(|| {
+                let _ = inner.poll_ready(&mut Context::from_waker(Waker::noop()));
+                block_on(inner.call(black_box(&req).clone()))
+            });
+            assert!(r.is_ok());
+        })
+    });
+
+    let fs = failsafe_new();
+    let mut inner = BareTool;
+    g.bench_function("failsafe", |b| {
+        b.iter(|| {
+            let r = failsafe::CircuitBreaker::call(&fs, || {
+                let _ = inner.poll_ready(&mut Context::from_waker(Waker::noop()));
+                block_on(inner.call(black_box(&req).clone()))
+            });
+            assert!(r.is_ok());
+        })
+    });
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let _enter = rt.enter();
+    let mut peer = tower_resilience::circuitbreaker::CircuitBreakerLayer::builder()
+        .failure_rate_threshold(0.5)
+        .sliding_window_size(100)
+        .build()
+        .expect("valid peer config")
+        .layer(BareTool);
+    g.bench_function("tower-resilience", |b| {
+        b.iter(|| call(&mut peer, black_box(&req)))
+    });
+    g.finish();
+}
+
+/// Time per call on each of `threads` threads running `iters` calls each at once.
+fn on_threads<F>(threads: usize, iters: u64, make: impl Fn() -> F) -> Duration
+where
+    F: FnMut() + Send,
+{
+    let workers: Vec<F> = (0..threads).map(|_| make()).collect();
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .into_iter()
+            .map(|mut work| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        work();
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker"))
+            .max()
+            .unwrap_or_default()
+    })
+}
+
+fn hot_key_threads(c: &mut Criterion) {
+    let req = LiteRequest::default();
+    let mut g = c.benchmark_group("breaker_hot_key_threads");
+    let registry = BreakerRegistry::default();
+    let rec = std::sync::Arc::new(recloser_new());
+    let fs = failsafe_new();
+    for threads in [1usize, 2] {
+        g.bench_function(format!("toolshield/{threads}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(threads, iters, || {
+                    let mut svc = BreakerLayer::new(registry.clone()).layer(BareTool);
+                    let req = req.clone();
+                    move || call(&mut svc, &req)
+                })
+            })
+        });
+        g.bench_function(format!("recloser/{threads}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(threads, iters, || {
+                    let (rec, req, mut inner) = (rec.clone(), req.clone(), BareTool);
+                    move || {
+                        let r = rec.call(|| block_on(inner.call(req.clone())));
+                        assert!(r.is_ok());
+                    }
+                })
+            })
+        });
+        g.bench_function(format!("failsafe/{threads}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(threads, iters, || {
+                    let (fs, req, mut inner) = (fs.clone(), req.clone(), BareTool);
+                    move || {
+                        let r = failsafe::CircuitBreaker::call(&fs, || {
+                            block_on(inner.call(req.clone()))
+                        });
+                        assert!(r.is_ok());
+                    }
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+fn memory(_c: &mut Criterion) {
+    let registry = BreakerRegistry::default();
+    println!(
+        "memory per breaker (100-call window, state + window): toolshield {} bytes; \
+         recloser size_of {} bytes + its ring buffer on the heap",
+        registry.memory_per_breaker(),
+        std::mem::size_of::<recloser::Recloser>(),
+    );
+}
+
+criterion_group!(benches, memory, closed_admit_record, hot_key_threads);
+criterion_main!(benches);

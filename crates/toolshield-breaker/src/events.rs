@@ -1,0 +1,264 @@
+//! Transition events: the states, the reasons, and where events go (tracing, subscribers,
+//! callbacks, a JSON-lines file, the transition counters).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io::Write;
+use std::sync::{Arc, Mutex, RwLock};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+/// The state of a breaker as reported by status, events and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CircuitState {
+    /// Calls pass and are recorded.
+    Closed,
+    /// Calls are rejected with `CIRCUIT_OPEN` until the wait is over.
+    Open,
+    /// A limited number of probes pass; their outcome closes or re-opens the breaker.
+    HalfOpen,
+    /// Manual: every call is rejected until the override is lifted.
+    ForcedOpen,
+    /// Manual: every call passes and is recorded, the breaker never trips.
+    Disabled,
+    /// Manual shadow mode: the breaker records and reports transitions, but never rejects.
+    MetricsOnly,
+}
+
+impl CircuitState {
+    /// Every state, in declaration order.
+    pub const ALL: [CircuitState; 6] = [
+        CircuitState::Closed,
+        CircuitState::Open,
+        CircuitState::HalfOpen,
+        CircuitState::ForcedOpen,
+        CircuitState::Disabled,
+        CircuitState::MetricsOnly,
+    ];
+
+    /// The stable lowercase name, as used in metric labels and JSON (`half_open`, ...).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CircuitState::Closed => "closed",
+            CircuitState::Open => "open",
+            CircuitState::HalfOpen => "half_open",
+            CircuitState::ForcedOpen => "forced_open",
+            CircuitState::Disabled => "disabled",
+            CircuitState::MetricsOnly => "metrics_only",
+        }
+    }
+}
+
+impl fmt::Display for CircuitState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a transition happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionReason {
+    /// `consecutive_failures` failures in a row.
+    ConsecutiveFailures,
+    /// The failure rate of the window reached `failure_rate`.
+    FailureRate,
+    /// The slow-call rate of the window reached `slow_call_rate`.
+    SlowCallRate,
+    /// The open wait is over: the breaker admits probes.
+    WaitElapsed,
+    /// `half_open_successes` probes succeeded.
+    ProbesSucceeded,
+    /// A probe failed.
+    ProbeFailed,
+    /// A probe succeeded but was slow while slow-call tripping is on.
+    ProbeSlow,
+    /// Manual: forced open.
+    ForcedOpen,
+    /// Manual: forced closed (disabled).
+    ForcedClosed,
+    /// Manual: metrics-only (shadow) mode.
+    MetricsOnly,
+    /// Manual: reset to a fresh closed breaker.
+    Reset,
+}
+
+impl TransitionReason {
+    /// The stable snake_case name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TransitionReason::ConsecutiveFailures => "consecutive_failures",
+            TransitionReason::FailureRate => "failure_rate",
+            TransitionReason::SlowCallRate => "slow_call_rate",
+            TransitionReason::WaitElapsed => "wait_elapsed",
+            TransitionReason::ProbesSucceeded => "probes_succeeded",
+            TransitionReason::ProbeFailed => "probe_failed",
+            TransitionReason::ProbeSlow => "probe_slow",
+            TransitionReason::ForcedOpen => "forced_open",
+            TransitionReason::ForcedClosed => "forced_closed",
+            TransitionReason::MetricsOnly => "metrics_only",
+            TransitionReason::Reset => "reset",
+        }
+    }
+
+    /// Whether an operator caused it.
+    pub const fn is_manual(self) -> bool {
+        matches!(
+            self,
+            TransitionReason::ForcedOpen
+                | TransitionReason::ForcedClosed
+                | TransitionReason::MetricsOnly
+                | TransitionReason::Reset
+        )
+    }
+}
+
+impl fmt::Display for TransitionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One transition or override of one breaker. Serialised as one line of the JSON-lines
+/// log: `{"at":"...","key":"weather","from":"closed","to":"open","reason":"consecutive_failures","shadow":false}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BreakerEvent {
+    /// When it happened (wall clock).
+    pub at: DateTime<Utc>,
+    /// The breaker key (the tool name by default).
+    pub key: Arc<str>,
+    /// The state before.
+    pub from: CircuitState,
+    /// The state after.
+    pub to: CircuitState,
+    /// Why.
+    pub reason: TransitionReason,
+    /// A transition of the shadow state machine of a metrics-only breaker: reported, but
+    /// no call was rejected because of it.
+    pub shadow: bool,
+}
+
+/// A callback receiving every event.
+pub(crate) type Callback = Arc<dyn Fn(&BreakerEvent) + Send + Sync>;
+
+type TransitionMap = HashMap<(Arc<str>, CircuitState, CircuitState), u64>;
+
+/// Where events go.
+pub(crate) struct EventHub {
+    tx: broadcast::Sender<BreakerEvent>,
+    callbacks: RwLock<Vec<Callback>>,
+    file: Mutex<Option<File>>,
+    transitions: Mutex<TransitionMap>,
+}
+
+impl EventHub {
+    pub(crate) fn new(file: Option<File>) -> Self {
+        let (tx, _) = broadcast::channel(1024);
+        EventHub {
+            tx,
+            callbacks: RwLock::new(Vec::new()),
+            file: Mutex::new(file),
+            transitions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<BreakerEvent> {
+        self.tx.subscribe()
+    }
+
+    pub(crate) fn add_callback(&self, cb: Callback) {
+        self.callbacks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(cb);
+    }
+
+    pub(crate) fn set_file(&self, file: File) {
+        *self.file.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+    }
+
+    pub(crate) fn transition_counts(&self) -> Vec<TransitionCount> {
+        let map = self.transitions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<TransitionCount> = map
+            .iter()
+            .map(|((key, from, to), count)| TransitionCount {
+                key: Arc::clone(key),
+                from: *from,
+                to: *to,
+                count: *count,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.key, a.from.as_str(), a.to.as_str()).cmp(&(&b.key, b.from.as_str(), b.to.as_str()))
+        });
+        out
+    }
+
+    /// Delivers one event everywhere. Called with the breaker's transition lock held, so
+    /// the events of one key arrive in the order the transitions happened.
+    pub(crate) fn emit(&self, event: BreakerEvent) {
+        if event.reason.is_manual() {
+            tracing::warn!(
+                target: "toolshield::breaker",
+                key = %event.key,
+                from = event.from.as_str(),
+                to = event.to.as_str(),
+                reason = event.reason.as_str(),
+                shadow = event.shadow,
+                "circuit breaker override"
+            );
+        } else {
+            tracing::info!(
+                target: "toolshield::breaker",
+                key = %event.key,
+                from = event.from.as_str(),
+                to = event.to.as_str(),
+                reason = event.reason.as_str(),
+                shadow = event.shadow,
+                "circuit breaker transition"
+            );
+        }
+        *self
+            .transitions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((Arc::clone(&event.key), event.from, event.to))
+            .or_insert(0) += 1;
+        {
+            let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(f) = file.as_mut() {
+                if let Ok(mut line) = serde_json::to_vec(&event) {
+                    line.push(b'\n');
+                    if let Err(error) = f.write_all(&line).and_then(|()| f.flush()) {
+                        tracing::warn!(target: "toolshield::breaker", %error, "cannot append to the breaker event log");
+                    }
+                }
+            }
+        }
+        let callbacks = self.callbacks.read().unwrap_or_else(|e| e.into_inner());
+        for cb in callbacks.iter() {
+            cb(&event);
+        }
+        drop(callbacks);
+        // No receiver is not an error.
+        let _ = self.tx.send(event);
+    }
+}
+
+/// How many times one breaker went from one state to another
+/// (`circuit_breaker_transitions_total{key,from,to}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransitionCount {
+    /// The breaker key.
+    pub key: Arc<str>,
+    /// The state before.
+    pub from: CircuitState,
+    /// The state after.
+    pub to: CircuitState,
+    /// How many times.
+    pub count: u64,
+}

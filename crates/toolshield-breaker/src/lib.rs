@@ -1,0 +1,83 @@
+//! Per-key circuit breakers for tower services.
+//!
+//! [`BreakerLayer`] puts a circuit breaker in front of a service, one breaker per key
+//! (the tool name by default, see [`KeyFn`]), all held by a [`BreakerRegistry`] that every
+//! clone and every service built from it shares: a tool that keeps failing is cut off for
+//! every caller at once.
+//!
+//! - **Closed**: calls pass; outcomes are classified ([`Classify`](toolshield_core::Classify))
+//!   and recorded. The breaker opens on any of: `consecutive_failures` failures in a row;
+//!   a failure rate of at least `failure_rate` % over the window (the last N calls, or the
+//!   last T seconds in buckets) once it holds `min_calls`; a slow-call rate of at least
+//!   `slow_call_rate` % (calls marked slow by the timeout layer, or slower than
+//!   `slow_call_duration`). Cancellations and client errors never count.
+//! - **Open**: calls fail fast with `CIRCUIT_OPEN` from `call` (never `poll_ready`),
+//!   carrying the time left as `retry_after`.
+//! - **Half-open**: after `open_wait` (optionally growing on repeated opens, capped), at
+//!   most `half_open_permits` probes run at once; `half_open_successes` successes close the
+//!   breaker, any probe failure re-opens it, a dropped probe frees its permit.
+//! - **Manual**: [`force_open`](BreakerRegistry::force_open),
+//!   [`force_closed`](BreakerRegistry::force_closed) (disabled, still recording),
+//!   [`metrics_only`](BreakerRegistry::metrics_only) (shadow mode: reports, never rejects),
+//!   [`reset`](BreakerRegistry::reset), per key or all; [`status`](BreakerRegistry::status).
+//! - **Events**: every transition and override is a `tracing` event, goes to
+//!   [`subscribe`](BreakerRegistry::subscribe)rs and [`on_event`](BreakerRegistry::on_event)
+//!   callbacks, and can be appended to a JSON-lines file.
+//!
+//! The closed-state admit and record are a few atomic loads (and, while failures are in
+//! the window, a few atomic writes) plus the reference count of the breaker the response
+//! future holds: no lock, no allocation, no clock read with a count window.
+//!
+//! In the default stack the breaker sits inside retry and outside the attempt timeout, so
+//! it checks and records every attempt, and sees the timeout layer's slow-call marks.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use serde_json::json;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use toolshield_breaker::{BreakerConfig, BreakerLayer, CircuitState};
+//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = BreakerLayer::from_config(BreakerConfig {
+//!     consecutive_failures: 3,
+//!     open_wait: Duration::from_secs(10),
+//!     ..BreakerConfig::default()
+//! })?;
+//! let registry = layer.registry().clone();
+//! let mut svc = ServiceBuilder::new().layer(layer).service(service_fn(|_req: ToolRequest| async {
+//!     Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "weather api down"))
+//! }));
+//!
+//! for _ in 0..3 {
+//!     let err = svc.ready().await?.call(ToolRequest::new("weather", json!({}))).await.unwrap_err();
+//!     assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
+//! }
+//! assert_eq!(registry.state("weather"), CircuitState::Open);
+//! let err = svc.ready().await?.call(ToolRequest::new("weather", json!({}))).await.unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::CircuitOpen);
+//! assert!(err.retry_after().is_some());
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod events;
+mod future;
+mod key;
+mod layer;
+mod registry;
+mod service;
+mod state;
+
+pub use config::{BreakerConfig, WindowConfig};
+pub use events::{BreakerEvent, CircuitState, TransitionCount, TransitionReason};
+pub use future::ResponseFuture;
+pub use key::{key_fn, FnKey, KeyFn, ToolKey};
+pub use layer::BreakerLayer;
+pub use registry::BreakerRegistry;
+pub use service::{Breaker, HalfOpenProbe};
+pub use state::BreakerStatus;

@@ -1,0 +1,369 @@
+//! [`BreakerRegistry`]: the breakers of every key, shared by every service built from it,
+//! bounded by eviction of idle closed breakers, with manual control and events.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::OpenOptions;
+use std::hash::BuildHasher;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::broadcast;
+use toolshield_core::config::Problems;
+use toolshield_core::ConfigError;
+
+use crate::config::BreakerConfig;
+use crate::events::{BreakerEvent, CircuitState, EventHub, TransitionCount};
+use crate::state::{BreakerState, BreakerStatus, Core, Override};
+
+const SHARDS: usize = 16;
+
+type Shard = RwLock<HashMap<Arc<str>, Arc<BreakerState>>>;
+
+struct Inner {
+    core: Arc<Core>,
+    shards: Box<[Shard]>,
+    hasher: RandomState,
+    len: AtomicUsize,
+    last_sweep: AtomicU64,
+    overflowed: AtomicU64,
+    sweep_lock: Mutex<()>,
+}
+
+/// The breakers of every key.
+///
+/// A cheap handle (an `Arc`): every clone, every [`BreakerLayer`](crate::BreakerLayer)
+/// built from it and every service those layers build see the same breaker for a key.
+/// It is also the control handle: status, force open, force closed, metrics-only, reset,
+/// per key or for all, and the event subscription.
+///
+/// The registry is bounded: it holds at most [`max_keys`](BreakerConfig::max_keys)
+/// breakers. When a new key arrives and the registry is full, or once per
+/// [`idle_ttl`](BreakerConfig::idle_ttl), a sweep evicts closed breakers without a manual
+/// override that were not used since the previous sweep. If it is still full, the call
+/// runs under a fresh breaker that is not kept (counted by
+/// [`overflowed`](Self::overflowed)).
+///
+/// ```
+/// use toolshield_breaker::{BreakerRegistry, CircuitState};
+///
+/// let registry = BreakerRegistry::default();
+/// registry.force_open("payments");
+/// assert_eq!(registry.status("payments").unwrap().state, CircuitState::ForcedOpen);
+/// registry.reset("payments");
+/// assert_eq!(registry.status("payments").unwrap().state, CircuitState::Closed);
+/// ```
+#[derive(Clone)]
+pub struct BreakerRegistry {
+    inner: Arc<Inner>,
+}
+
+impl Default for BreakerRegistry {
+    /// A registry with [`BreakerConfig::default`].
+    fn default() -> Self {
+        Self::build(BreakerConfig::default(), EventHub::new(None))
+    }
+}
+
+impl fmt::Debug for BreakerRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerRegistry")
+            .field("keys", &self.len())
+            .field("config", &self.inner.core.config)
+            .finish()
+    }
+}
+
+impl BreakerRegistry {
+    /// A registry whose breakers follow `config`; every problem of the config is
+    /// reported, and an `events_file` that cannot be opened is one of them.
+    pub fn new(config: BreakerConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let file = match &config.events_file {
+            None => None,
+            Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    let mut p = Problems::new();
+                    p.push(
+                        "events_file",
+                        format_args!("cannot open {}: {e}", path.display()),
+                    );
+                    p.into_result()?;
+                    None
+                }
+            },
+        };
+        Ok(Self::build(config, EventHub::new(file)))
+    }
+
+    fn build(config: BreakerConfig, events: EventHub) -> Self {
+        BreakerRegistry {
+            inner: Arc::new(Inner {
+                core: Arc::new(Core::new(config, events)),
+                shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+                hasher: RandomState::new(),
+                len: AtomicUsize::new(0),
+                last_sweep: AtomicU64::new(0),
+                overflowed: AtomicU64::new(0),
+                sweep_lock: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// The configuration every breaker follows.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.inner.core.config
+    }
+
+    fn shard(&self, key: &str) -> &Shard {
+        let h = self.inner.hasher.hash_one(key) as usize;
+        &self.inner.shards[h % SHARDS]
+    }
+
+    fn read(shard: &Shard) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<BreakerState>>> {
+        shard.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(
+        shard: &Shard,
+    ) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<BreakerState>>> {
+        shard.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn find(&self, key: &str) -> Option<Arc<BreakerState>> {
+        Self::read(self.shard(key)).get(key).cloned()
+    }
+
+    /// The breaker of `key`, created if needed (the service's lookup on a cache miss).
+    pub(crate) fn get_or_insert(&self, key: &str) -> Arc<BreakerState> {
+        if let Some(s) = Self::read(self.shard(key)).get(key) {
+            s.touch();
+            return Arc::clone(s);
+        }
+        let inner = &self.inner;
+        let config = &inner.core.config;
+        let now = inner.core.now_nanos();
+        let ttl = u64::try_from(config.idle_ttl.as_nanos()).unwrap_or(u64::MAX);
+        let last = inner.last_sweep.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= ttl
+            && inner
+                .last_sweep
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.sweep(1);
+        }
+        if inner.len.load(Ordering::Acquire) >= config.max_keys {
+            self.sweep(2);
+        }
+        let mut map = Self::write(self.shard(key));
+        if let Some(s) = map.get(key) {
+            s.touch();
+            return Arc::clone(s);
+        }
+        let state = Arc::new(BreakerState::new(Arc::from(key), Arc::clone(&inner.core)));
+        if inner.len.load(Ordering::Acquire) >= config.max_keys {
+            inner.overflowed.fetch_add(1, Ordering::Relaxed);
+            // Not kept: marked evicted so no service caches it.
+            state
+                .evicted
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return state;
+        }
+        map.insert(Arc::clone(&state.key), Arc::clone(&state));
+        inner.len.fetch_add(1, Ordering::AcqRel);
+        state
+    }
+
+    /// The breaker of `key` for a manual action: created if needed, whatever the bound.
+    fn get_for_override(&self, key: &str) -> Arc<BreakerState> {
+        if let Some(s) = self.find(key) {
+            return s;
+        }
+        let mut map = Self::write(self.shard(key));
+        if let Some(s) = map.get(key) {
+            return Arc::clone(s);
+        }
+        let state = Arc::new(BreakerState::new(
+            Arc::from(key),
+            Arc::clone(&self.inner.core),
+        ));
+        map.insert(Arc::clone(&state.key), Arc::clone(&state));
+        self.inner.len.fetch_add(1, Ordering::AcqRel);
+        state
+    }
+
+    /// One sweep of up to `passes` passes (a second pass evicts what the first found
+    /// used, if it was not used again in between: the CLOCK second-chance rule).
+    fn sweep(&self, passes: usize) -> usize {
+        let inner = &self.inner;
+        let Ok(_guard) = inner.sweep_lock.try_lock() else {
+            return 0;
+        };
+        let mut total = 0;
+        for _ in 0..passes {
+            let mut evicted = 0;
+            for shard in inner.shards.iter() {
+                Self::write(shard).retain(|_, s| {
+                    if !s.evictable() || s.touched.swap(false, Ordering::SeqCst) {
+                        return true;
+                    }
+                    s.evicted.store(true, Ordering::SeqCst);
+                    if s.touched.load(Ordering::SeqCst) {
+                        s.evicted.store(false, Ordering::SeqCst);
+                        return true;
+                    }
+                    evicted += 1;
+                    false
+                });
+            }
+            inner.len.fetch_sub(evicted, Ordering::AcqRel);
+            total += evicted;
+            if inner.len.load(Ordering::Acquire) < inner.core.config.max_keys {
+                break;
+            }
+        }
+        total
+    }
+
+    /// Runs an eviction pass now: closed breakers without an override that were not used
+    /// since the previous pass are dropped. Returns how many were evicted.
+    pub fn evict_idle(&self) -> usize {
+        self.sweep(1)
+    }
+
+    /// How many breakers the registry holds.
+    pub fn len(&self) -> usize {
+        self.inner.len.load(Ordering::Acquire)
+    }
+
+    /// Whether the registry holds no breaker.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls that ran under a breaker that was not kept because the registry was full.
+    pub fn overflowed(&self) -> u64 {
+        self.inner.overflowed.load(Ordering::Relaxed)
+    }
+
+    fn all(&self) -> Vec<Arc<BreakerState>> {
+        let mut out = Vec::with_capacity(self.len());
+        for shard in self.inner.shards.iter() {
+            out.extend(Self::read(shard).values().cloned());
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    /// The status of the breaker of `key`, if the registry holds one. Reading a status
+    /// changes nothing (an open breaker whose wait is over moves to half-open on its
+    /// next call).
+    pub fn status(&self, key: &str) -> Option<BreakerStatus> {
+        self.find(key).map(|s| s.status())
+    }
+
+    /// The status of every breaker, sorted by key.
+    pub fn status_all(&self) -> Vec<BreakerStatus> {
+        self.all().iter().map(|s| s.status()).collect()
+    }
+
+    /// The effective state of `key` (`Closed` for a key the registry does not hold).
+    pub fn state(&self, key: &str) -> CircuitState {
+        self.find(key).map_or(CircuitState::Closed, |s| s.state())
+    }
+
+    /// Forces `key` open: every call is rejected with `CIRCUIT_OPEN` until
+    /// [`reset`](Self::reset) or another override.
+    pub fn force_open(&self, key: &str) {
+        self.get_for_override(key).set_mode(Override::ForceOpen);
+    }
+
+    /// Forces `key` closed (disabled): every call passes and is recorded; it never trips.
+    pub fn force_closed(&self, key: &str) {
+        self.get_for_override(key).set_mode(Override::ForceClosed);
+    }
+
+    /// Puts `key` in metrics-only (shadow) mode: it records and reports transitions, but
+    /// never rejects a call.
+    pub fn metrics_only(&self, key: &str) {
+        self.get_for_override(key).set_mode(Override::MetricsOnly);
+    }
+
+    /// Resets `key` to a fresh closed breaker and lifts any override.
+    pub fn reset(&self, key: &str) {
+        self.get_for_override(key).set_mode(Override::Reset);
+    }
+
+    /// [`force_open`](Self::force_open) for every breaker held.
+    pub fn force_open_all(&self) {
+        self.all()
+            .iter()
+            .for_each(|s| s.set_mode(Override::ForceOpen));
+    }
+
+    /// [`force_closed`](Self::force_closed) for every breaker held.
+    pub fn force_closed_all(&self) {
+        self.all()
+            .iter()
+            .for_each(|s| s.set_mode(Override::ForceClosed));
+    }
+
+    /// [`metrics_only`](Self::metrics_only) for every breaker held.
+    pub fn metrics_only_all(&self) {
+        self.all()
+            .iter()
+            .for_each(|s| s.set_mode(Override::MetricsOnly));
+    }
+
+    /// [`reset`](Self::reset) for every breaker held.
+    pub fn reset_all(&self) {
+        self.all().iter().for_each(|s| s.set_mode(Override::Reset));
+    }
+
+    /// A receiver of every transition and override from now on (a `tokio` broadcast
+    /// channel of 1024 events; a slow receiver sees `Lagged`).
+    pub fn subscribe(&self) -> broadcast::Receiver<BreakerEvent> {
+        self.inner.core.events.subscribe()
+    }
+
+    /// Calls `callback` on every transition and override, synchronously, with the
+    /// breaker's transition lock held: keep it short.
+    pub fn on_event<F>(&self, callback: F)
+    where
+        F: Fn(&BreakerEvent) + Send + Sync + 'static,
+    {
+        self.inner.core.events.add_callback(Arc::new(callback));
+    }
+
+    /// Appends every event from now on to `path` as JSON lines (replacing the file
+    /// configured by `events_file`, if any).
+    pub fn log_events_to(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path.as_ref())?;
+        self.inner.core.events.set_file(file);
+        Ok(())
+    }
+
+    /// `circuit_breaker_transitions_total{key,from,to}`: every transition counted since
+    /// the registry was built, sorted by key.
+    pub fn transition_counts(&self) -> Vec<TransitionCount> {
+        self.inner.core.events.transition_counts()
+    }
+
+    /// `circuit_breaker_rejections_total{key}` for `key` (0 for a key not held).
+    pub fn rejections(&self, key: &str) -> u64 {
+        self.find(key).map_or(0, |s| s.rejections())
+    }
+
+    /// The bytes one breaker of this registry takes: its state and its window (not the
+    /// key string nor the map entry).
+    pub fn memory_per_breaker(&self) -> usize {
+        BreakerState::new(Arc::from(""), Arc::clone(&self.inner.core)).memory_bytes()
+    }
+}

@@ -1,0 +1,152 @@
+//! [`Breaker`]: the service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use toolshield_core::{
+    Classify, DefaultClassifier, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
+};
+use tower_service::Service;
+
+use crate::events::CircuitState;
+use crate::future::{CallGuard, ResponseFuture};
+use crate::key::{KeyFn, ToolKey};
+use crate::registry::BreakerRegistry;
+use crate::state::{BreakerState, TicketKind};
+
+/// The mark a half-open probe carries in its request extensions, for the layers inside
+/// and the tool (a probe may, say, skip a warm-up or be logged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HalfOpenProbe;
+
+/// Per-key circuit breakers around a service; built by [`BreakerLayer`](crate::BreakerLayer).
+///
+/// `call` looks up the breaker of the request's key (a per-service cache makes a repeat
+/// of the last key a string compare), admits or rejects the call with `CIRCUIT_OPEN`
+/// (never in `poll_ready`), and the [`ResponseFuture`] records the classified outcome.
+pub struct Breaker<S, K = ToolKey, C = DefaultClassifier> {
+    inner: S,
+    registry: BreakerRegistry,
+    key_fn: K,
+    classifier: C,
+    cached: Option<Arc<BreakerState>>,
+}
+
+impl<S, K, C> Breaker<S, K, C> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, registry: BreakerRegistry, key_fn: K, classifier: C) -> Self {
+        Breaker {
+            inner,
+            registry,
+            key_fn,
+            classifier,
+            cached: None,
+        }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &BreakerRegistry {
+        &self.registry
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    #[inline]
+    fn lookup(&mut self, key: &str) -> Arc<BreakerState> {
+        if let Some(s) = &self.cached {
+            if &*s.key == key && s.touch() {
+                return Arc::clone(s);
+            }
+        }
+        let s = self.registry.get_or_insert(key);
+        self.cached = Some(Arc::clone(&s));
+        s
+    }
+}
+
+impl<S: Clone, K: Clone, C: Clone> Clone for Breaker<S, K, C> {
+    fn clone(&self) -> Self {
+        Breaker {
+            inner: self.inner.clone(),
+            registry: self.registry.clone(),
+            key_fn: self.key_fn.clone(),
+            classifier: self.classifier.clone(),
+            cached: self.cached.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K: fmt::Debug, C: fmt::Debug> fmt::Debug for Breaker<S, K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breaker")
+            .field("inner", &self.inner)
+            .field("registry", &self.registry)
+            .field("key_fn", &self.key_fn)
+            .field("classifier", &self.classifier)
+            .finish_non_exhaustive()
+    }
+}
+
+fn rejection(key: &str, state: CircuitState, retry_after: Option<Duration>) -> ToolError {
+    let message = match state {
+        CircuitState::ForcedOpen => format!("circuit forced open for `{key}`"),
+        CircuitState::HalfOpen => format!("circuit half-open for `{key}`: probe limit reached"),
+        _ => format!("circuit open for `{key}`"),
+    };
+    let error = ToolError::new(ErrorKind::CircuitOpen, message);
+    match retry_after {
+        Some(wait) => error.with_retry_after(wait),
+        None => error,
+    }
+}
+
+impl<S, K, C, Req> Service<Req> for Breaker<S, K, C>
+where
+    S: Service<Req>,
+    S::Error: Into<ToolError>,
+    S::Response: ShieldResponse,
+    Req: ShieldRequest,
+    K: KeyFn<Req>,
+    C: Classify<S::Response> + Clone,
+{
+    type Response = S::Response;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        let key = self.key_fn.key(&req);
+        let state = self.lookup(&key);
+        let ticket = match state.admit() {
+            Ok(ticket) => ticket,
+            Err(retry_after) => {
+                return ResponseFuture::rejected(rejection(&key, state.state(), retry_after))
+            }
+        };
+        drop(key);
+        if ticket.kind == TicketKind::Probe {
+            req.extensions_mut().insert(HalfOpenProbe);
+        }
+        let started = state.slow_threshold_nanos().map(|_| state.now_nanos());
+        let guard = CallGuard::new(state, ticket, started);
+        ResponseFuture::called(self.inner.call(req), guard, self.classifier.clone())
+    }
+}

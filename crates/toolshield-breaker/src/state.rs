@@ -1,0 +1,810 @@
+//! The state of one breaker: a state word, a probe word, a window of outcomes, all in
+//! atomics. Transitions take a per-breaker lock; admitting and recording in the closed
+//! state never do.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::time::Instant;
+use toolshield_core::config::duration;
+
+use crate::config::{BreakerConfig, WindowConfig};
+use crate::events::{BreakerEvent, CircuitState, EventHub, TransitionReason};
+
+const ST_CLOSED: u8 = 0;
+const ST_OPEN: u8 = 1;
+const ST_HALF_OPEN: u8 = 2;
+
+const M_NORMAL: u8 = 0;
+const M_FORCED_OPEN: u8 = 1;
+const M_DISABLED: u8 = 2;
+const M_METRICS_ONLY: u8 = 3;
+
+#[inline]
+const fn pack(epoch: u32, mode: u8, state: u8) -> u64 {
+    ((epoch as u64) << 32) | ((mode as u64) << 8) | state as u64
+}
+
+#[inline]
+const fn unpack(word: u64) -> (u32, u8, u8) {
+    ((word >> 32) as u32, (word >> 8) as u8, word as u8)
+}
+
+#[inline]
+const fn pack_probes(epoch: u32, successes: u32, in_flight: u32) -> u64 {
+    ((epoch as u64) << 32) | (((successes & 0xFFFF) as u64) << 16) | (in_flight & 0xFFFF) as u64
+}
+
+#[inline]
+const fn unpack_probes(word: u64) -> (u32, u32, u32) {
+    (
+        (word >> 32) as u32,
+        ((word >> 16) & 0xFFFF) as u32,
+        (word & 0xFFFF) as u32,
+    )
+}
+
+/// Whether epoch `a` is older than `b` (wrapping).
+#[inline]
+fn older(a: u32, b: u32) -> bool {
+    (b.wrapping_sub(a) as i32) > 0
+}
+
+fn auto_state(state: u8) -> CircuitState {
+    match state {
+        ST_OPEN => CircuitState::Open,
+        ST_HALF_OPEN => CircuitState::HalfOpen,
+        _ => CircuitState::Closed,
+    }
+}
+
+fn effective(mode: u8, state: u8) -> CircuitState {
+    match mode {
+        M_FORCED_OPEN => CircuitState::ForcedOpen,
+        M_DISABLED => CircuitState::Disabled,
+        M_METRICS_ONLY => CircuitState::MetricsOnly,
+        _ => auto_state(state),
+    }
+}
+
+/// What every breaker of a registry shares: the config, the event hub, the clock base.
+pub(crate) struct Core {
+    pub(crate) config: BreakerConfig,
+    pub(crate) events: EventHub,
+    base: Instant,
+    base_wall: DateTime<Utc>,
+    slow_rate: Option<f64>,
+}
+
+impl Core {
+    pub(crate) fn new(config: BreakerConfig, events: EventHub) -> Self {
+        Core {
+            slow_rate: config.slow_call_rate,
+            config,
+            events,
+            base: Instant::now(),
+            base_wall: Utc::now(),
+        }
+    }
+
+    /// Nanoseconds since the registry was built, on tokio's clock (pausable in tests).
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        let d = Instant::now().saturating_duration_since(self.base);
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn wall(&self, nanos: u64) -> DateTime<Utc> {
+        let d = chrono::Duration::from_std(Duration::from_nanos(nanos)).unwrap_or_default();
+        self.base_wall + d
+    }
+}
+
+/// Outcomes of the last N calls: two bitsets (failure, slow) in atomics, each bit change
+/// paired with a counter change computed from the bit's previous value, so the counters
+/// always equal the number of set bits once the writers are done.
+struct CountWindow {
+    size: u64,
+    words: usize,
+    pos: AtomicU64,
+    failures: AtomicU32,
+    slows: AtomicU32,
+    bits: Box<[AtomicU64]>,
+}
+
+/// Calls, failures and slow calls per time bucket, packed into one `AtomicU64` each:
+/// `[bucket tag: 16 | calls: 16 | failures: 16 | slow: 16]`.
+struct TimeWindow {
+    bucket_nanos: u64,
+    buckets: Box<[AtomicU64]>,
+}
+
+enum Window {
+    Count(CountWindow),
+    Time(TimeWindow),
+}
+
+/// What the window holds after a record.
+#[derive(Clone, Copy, Default)]
+struct Snapshot {
+    calls: u32,
+    failures: u32,
+    slows: u32,
+}
+
+#[inline]
+fn set_bit(word: &AtomicU64, bit: u64, value: bool, count: &AtomicU32) {
+    if value {
+        let old = word.fetch_or(bit, Ordering::AcqRel);
+        if old & bit == 0 {
+            count.fetch_add(1, Ordering::AcqRel);
+        }
+    } else if word.load(Ordering::Relaxed) & bit != 0 {
+        let old = word.fetch_and(!bit, Ordering::AcqRel);
+        if old & bit != 0 {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+#[inline]
+fn read_count(count: &AtomicU32, max: u64) -> u32 {
+    // The counter may dip below zero for an instant when two writers race on one slot.
+    let v = count.load(Ordering::Acquire) as i32;
+    (v.max(0) as u64).min(max) as u32
+}
+
+impl CountWindow {
+    fn new(size: u32) -> Self {
+        let words = (size as usize).div_ceil(64);
+        CountWindow {
+            size: u64::from(size.max(1)),
+            words,
+            pos: AtomicU64::new(0),
+            failures: AtomicU32::new(0),
+            slows: AtomicU32::new(0),
+            bits: (0..words * 2).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// `None` when nothing changed: a success into a full window without failures or
+    /// slow calls shifts zeros into zeros, so it is not written at all.
+    #[inline]
+    fn record(&self, failure: bool, slow: bool) -> Option<Snapshot> {
+        if !failure
+            && !slow
+            && self.failures.load(Ordering::Relaxed) == 0
+            && self.slows.load(Ordering::Relaxed) == 0
+            && self.pos.load(Ordering::Relaxed) >= self.size
+        {
+            return None;
+        }
+        let p = self.pos.fetch_add(1, Ordering::AcqRel);
+        let idx = (p % self.size) as usize;
+        let (w, bit) = (idx / 64, 1u64 << (idx % 64));
+        set_bit(&self.bits[w], bit, failure, &self.failures);
+        set_bit(&self.bits[self.words + w], bit, slow, &self.slows);
+        Some(Snapshot {
+            calls: (p + 1).min(self.size) as u32,
+            failures: read_count(&self.failures, self.size),
+            slows: read_count(&self.slows, self.size),
+        })
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            calls: self.pos.load(Ordering::Acquire).min(self.size) as u32,
+            failures: read_count(&self.failures, self.size),
+            slows: read_count(&self.slows, self.size),
+        }
+    }
+
+    fn clear(&self) {
+        for (i, w) in self.bits.iter().enumerate() {
+            let old = w.swap(0, Ordering::AcqRel);
+            let n = old.count_ones();
+            if n > 0 {
+                let count = if i < self.words {
+                    &self.failures
+                } else {
+                    &self.slows
+                };
+                count.fetch_sub(n, Ordering::AcqRel);
+            }
+        }
+        self.pos.store(0, Ordering::Release);
+    }
+}
+
+const TAG_SHIFT: u32 = 48;
+const FIELD: u64 = 0xFFFF;
+
+impl TimeWindow {
+    fn new(duration: Duration, buckets: u32) -> Self {
+        let buckets = buckets.max(1);
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        TimeWindow {
+            bucket_nanos: (nanos / u64::from(buckets)).max(1),
+            buckets: (0..buckets).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn record(&self, now: u64, failure: bool, slow: bool) -> Snapshot {
+        let abs = now / self.bucket_nanos;
+        let slot = &self.buckets[(abs % self.buckets.len() as u64) as usize];
+        let tag = abs & FIELD;
+        let add = (1u64 << 32) | (u64::from(failure) << 16) | u64::from(slow);
+        let mut cur = slot.load(Ordering::Acquire);
+        loop {
+            let new = if cur >> TAG_SHIFT != tag {
+                (tag << TAG_SHIFT) | add
+            } else if (cur >> 32) & FIELD == FIELD {
+                break; // saturated: the bucket keeps the rates it had
+            } else {
+                cur + add
+            };
+            match slot.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        self.snapshot(now)
+    }
+
+    fn snapshot(&self, now: u64) -> Snapshot {
+        let abs = now / self.bucket_nanos;
+        let n = self.buckets.len() as u64;
+        let mut s = Snapshot::default();
+        for b in self.buckets.iter() {
+            let v = b.load(Ordering::Acquire);
+            let age = (abs & FIELD).wrapping_sub(v >> TAG_SHIFT) & FIELD;
+            if age < n {
+                s.calls += ((v >> 32) & FIELD) as u32;
+                s.failures += ((v >> 16) & FIELD) as u32;
+                s.slows += (v & FIELD) as u32;
+            }
+        }
+        s
+    }
+
+    fn clear(&self) {
+        for b in self.buckets.iter() {
+            b.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl Window {
+    fn new(config: &WindowConfig) -> Self {
+        match *config {
+            WindowConfig::Count { size } => Window::Count(CountWindow::new(size)),
+            WindowConfig::Time { duration, buckets } => {
+                Window::Time(TimeWindow::new(duration, buckets))
+            }
+        }
+    }
+
+    fn clear(&self) {
+        match self {
+            Window::Count(w) => w.clear(),
+            Window::Time(w) => w.clear(),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Window::Count(w) => w.bits.len() * 8,
+            Window::Time(w) => w.buckets.len() * 8,
+        }
+    }
+}
+
+/// How an admitted call is to be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TicketKind {
+    /// Admitted while closed: recorded into the window.
+    Closed,
+    /// A half-open probe holding a permit.
+    Probe,
+    /// A call of a metrics-only breaker in shadow half-open: decides like a probe, holds
+    /// no permit.
+    ShadowProbe,
+    /// A call of a metrics-only breaker in shadow open: not recorded.
+    Untracked,
+}
+
+/// The admission of one call, remembered until its outcome is known.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ticket {
+    pub(crate) epoch: u32,
+    pub(crate) kind: TicketKind,
+}
+
+/// The outcome of a call as the breaker records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Record {
+    Success { slow: bool },
+    Failure { slow: bool },
+    Ignore,
+}
+
+/// One breaker.
+pub(crate) struct BreakerState {
+    /// `[epoch: 32 | unused: 16 | mode: 8 | state: 8]`; changed only under `lock`.
+    word: AtomicU64,
+    /// `[epoch: 32 | successes: 16 | probes in flight: 16]`; valid for the half-open
+    /// epoch it names, zero for any other.
+    probes: AtomicU64,
+    consecutive: AtomicU32,
+    /// Opens without a close in between (for the growing wait); under `lock`.
+    opens: AtomicU32,
+    pub(crate) touched: AtomicBool,
+    pub(crate) evicted: AtomicBool,
+    open_until: AtomicU64,
+    /// Nanoseconds since the registry's base, plus one; 0 for never.
+    last_failure: AtomicU64,
+    rejections: AtomicU64,
+    window: Window,
+    lock: Mutex<()>,
+    pub(crate) key: Arc<str>,
+    core: Arc<Core>,
+}
+
+impl BreakerState {
+    pub(crate) fn new(key: Arc<str>, core: Arc<Core>) -> Self {
+        BreakerState {
+            word: AtomicU64::new(pack(0, M_NORMAL, ST_CLOSED)),
+            probes: AtomicU64::new(0),
+            consecutive: AtomicU32::new(0),
+            opens: AtomicU32::new(0),
+            touched: AtomicBool::new(true),
+            evicted: AtomicBool::new(false),
+            open_until: AtomicU64::new(0),
+            last_failure: AtomicU64::new(0),
+            rejections: AtomicU64::new(0),
+            window: Window::new(&core.config.window),
+            lock: Mutex::new(()),
+            key,
+            core,
+        }
+    }
+
+    /// Bytes one breaker takes: the struct and its window (the key string and the
+    /// registry's map entry not included).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.window.heap_bytes()
+    }
+
+    /// The breaker's own slow-call threshold, if configured.
+    #[inline]
+    pub(crate) fn slow_threshold_nanos(&self) -> Option<u64> {
+        self.core
+            .config
+            .slow_call_duration
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The registry clock.
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        self.core.now_nanos()
+    }
+
+    /// Marks the breaker as used; `false` if the registry has evicted it (the caller
+    /// must look the key up again). The two SeqCst pairs (touched/evicted here,
+    /// evicted/touched in the sweep) make sure one side sees the other.
+    #[inline]
+    pub(crate) fn touch(&self) -> bool {
+        if !self.touched.load(Ordering::SeqCst) {
+            self.touched.store(true, Ordering::SeqCst);
+        }
+        !self.evicted.load(Ordering::SeqCst)
+    }
+
+    /// Whether the sweep may evict it: closed, no manual override.
+    pub(crate) fn evictable(&self) -> bool {
+        let (_, mode, state) = unpack(self.word.load(Ordering::Acquire));
+        mode == M_NORMAL && state == ST_CLOSED
+    }
+
+    /// Admits a call, or says how long to wait (`None` when unknown).
+    #[inline]
+    pub(crate) fn admit(&self) -> Result<Ticket, Option<Duration>> {
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            let (epoch, mode, state) = unpack(word);
+            if mode == M_FORCED_OPEN {
+                self.rejections.fetch_add(1, Ordering::Relaxed);
+                return Err(None);
+            }
+            match state {
+                ST_CLOSED => {
+                    return Ok(Ticket {
+                        epoch,
+                        kind: TicketKind::Closed,
+                    })
+                }
+                ST_OPEN => {
+                    let now = self.core.now_nanos();
+                    let until = self.open_until.load(Ordering::Acquire);
+                    if now >= until {
+                        self.transition(
+                            epoch,
+                            ST_OPEN,
+                            ST_HALF_OPEN,
+                            TransitionReason::WaitElapsed,
+                            now,
+                        );
+                        continue;
+                    }
+                    if mode == M_METRICS_ONLY {
+                        return Ok(Ticket {
+                            epoch,
+                            kind: TicketKind::Untracked,
+                        });
+                    }
+                    self.rejections.fetch_add(1, Ordering::Relaxed);
+                    return Err(Some(Duration::from_nanos(until - now)));
+                }
+                _ => {
+                    if mode == M_METRICS_ONLY {
+                        return Ok(Ticket {
+                            epoch,
+                            kind: TicketKind::ShadowProbe,
+                        });
+                    }
+                    if self.acquire_permit(epoch) {
+                        return Ok(Ticket {
+                            epoch,
+                            kind: TicketKind::Probe,
+                        });
+                    }
+                    if self.word.load(Ordering::Acquire) != word {
+                        continue;
+                    }
+                    self.rejections.fetch_add(1, Ordering::Relaxed);
+                    return Err(None);
+                }
+            }
+        }
+    }
+
+    /// Takes a probe permit. The count of probes in flight survives epochs: a probe of
+    /// an earlier half-open phase still running holds its permit, so no more than K
+    /// probes ever run at once.
+    fn acquire_permit(&self, epoch: u32) -> bool {
+        let k = self.core.config.half_open_permits;
+        let mut cur = self.probes.load(Ordering::Acquire);
+        loop {
+            let (e, successes, in_flight) = unpack_probes(cur);
+            if older(epoch, e) {
+                return false;
+            }
+            let successes = if e == epoch { successes } else { 0 };
+            if in_flight >= k {
+                return false;
+            }
+            let new = pack_probes(epoch, successes, in_flight + 1);
+            match self
+                .probes
+                .compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Releases a permit (`release`) and counts a success of `epoch` (`success`).
+    /// Returns the successes of `epoch` after the update, or `None` when that half-open
+    /// phase is over.
+    fn update_probes(&self, epoch: u32, release: bool, success: bool) -> Option<u32> {
+        let mut cur = self.probes.load(Ordering::Acquire);
+        loop {
+            let (e, successes, in_flight) = unpack_probes(cur);
+            let in_flight = if release {
+                in_flight.saturating_sub(1)
+            } else {
+                in_flight
+            };
+            let (e, successes, current) = if older(epoch, e) {
+                (e, successes, false)
+            } else {
+                let base = if e == epoch { successes } else { 0 };
+                (epoch, base + u32::from(success), true)
+            };
+            let new = pack_probes(e, successes.min(0xFFFF), in_flight);
+            match self
+                .probes
+                .compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return current.then_some(successes),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Gives back a probe permit without recording anything (dropped or ignored probe).
+    pub(crate) fn release_permit(&self, epoch: u32) {
+        self.update_probes(epoch, true, false);
+    }
+
+    /// Records the outcome of an admitted call.
+    #[inline]
+    pub(crate) fn record(&self, ticket: Ticket, record: Record) {
+        match ticket.kind {
+            TicketKind::Untracked => {}
+            TicketKind::Closed => self.record_closed(ticket.epoch, record),
+            TicketKind::Probe | TicketKind::ShadowProbe => {
+                let release = ticket.kind == TicketKind::Probe;
+                let slow_counts = self.core.slow_rate.is_some();
+                match record {
+                    Record::Ignore => {
+                        if release {
+                            self.release_permit(ticket.epoch);
+                        }
+                    }
+                    Record::Success { slow } if !(slow && slow_counts) => {
+                        let done = self.update_probes(ticket.epoch, release, true);
+                        if done.is_some_and(|s| s >= self.core.config.half_open_successes) {
+                            let now = self.core.now_nanos();
+                            self.transition(
+                                ticket.epoch,
+                                ST_HALF_OPEN,
+                                ST_CLOSED,
+                                TransitionReason::ProbesSucceeded,
+                                now,
+                            );
+                        }
+                    }
+                    Record::Success { .. } | Record::Failure { .. } => {
+                        if release {
+                            self.release_permit(ticket.epoch);
+                        }
+                        let reason = if matches!(record, Record::Failure { .. }) {
+                            TransitionReason::ProbeFailed
+                        } else {
+                            TransitionReason::ProbeSlow
+                        };
+                        let now = self.core.now_nanos();
+                        if matches!(record, Record::Failure { .. }) {
+                            self.last_failure.store(now + 1, Ordering::Relaxed);
+                        }
+                        self.transition(ticket.epoch, ST_HALF_OPEN, ST_OPEN, reason, now);
+                    }
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn record_closed(&self, epoch: u32, record: Record) {
+        let (failure, slow) = match record {
+            Record::Ignore => return,
+            Record::Success { slow } => (false, slow),
+            Record::Failure { slow } => (true, slow),
+        };
+        let (cur_epoch, mode, _) = unpack(self.word.load(Ordering::Acquire));
+        if cur_epoch != epoch {
+            return; // admitted before a transition: its outcome belongs to a past phase
+        }
+        let cfg = &self.core.config;
+        let mut now = None;
+        let consecutive = if failure {
+            let n = self.core.now_nanos();
+            now = Some(n);
+            self.last_failure.store(n + 1, Ordering::Relaxed);
+            self.consecutive
+                .fetch_add(1, Ordering::AcqRel)
+                .saturating_add(1)
+        } else {
+            if self.consecutive.load(Ordering::Relaxed) != 0 {
+                self.consecutive.store(0, Ordering::Release);
+            }
+            0
+        };
+        let snap = match &self.window {
+            Window::Count(w) => w.record(failure, slow),
+            Window::Time(w) => {
+                let n = *now.get_or_insert_with(|| self.core.now_nanos());
+                Some(w.record(n, failure, slow))
+            }
+        };
+        if mode == M_DISABLED {
+            return;
+        }
+        let reason =
+            if failure && cfg.consecutive_failures > 0 && consecutive >= cfg.consecutive_failures {
+                Some(TransitionReason::ConsecutiveFailures)
+            } else if let Some(s) = snap {
+                self.rate_trip(s)
+            } else {
+                None
+            };
+        if let Some(reason) = reason {
+            let now = now.unwrap_or_else(|| self.core.now_nanos());
+            self.transition(epoch, ST_CLOSED, ST_OPEN, reason, now);
+        }
+    }
+
+    fn rate_trip(&self, s: Snapshot) -> Option<TransitionReason> {
+        let cfg = &self.core.config;
+        if s.calls == 0 || s.calls < cfg.min_calls {
+            return None;
+        }
+        let calls = f64::from(s.calls);
+        if s.failures > 0 && f64::from(s.failures) * 100.0 >= cfg.failure_rate * calls {
+            return Some(TransitionReason::FailureRate);
+        }
+        match self.core.slow_rate {
+            Some(rate) if s.slows > 0 && f64::from(s.slows) * 100.0 >= rate * calls => {
+                Some(TransitionReason::SlowCallRate)
+            }
+            _ => None,
+        }
+    }
+
+    fn clear_counts(&self) {
+        self.window.clear();
+        self.consecutive.store(0, Ordering::Release);
+    }
+
+    /// Moves from `from` (in `epoch`) to `to`; does nothing if the breaker moved on
+    /// meanwhile or is under a manual override other than metrics-only.
+    fn transition(&self, epoch: u32, from: u8, to: u8, reason: TransitionReason, now: u64) -> bool {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (cur_epoch, mode, state) = unpack(self.word.load(Ordering::Acquire));
+        if cur_epoch != epoch || state != from || !(mode == M_NORMAL || mode == M_METRICS_ONLY) {
+            return false;
+        }
+        match to {
+            ST_OPEN => {
+                let opens = self.opens.load(Ordering::Relaxed).saturating_add(1);
+                self.opens.store(opens, Ordering::Relaxed);
+                let wait = self.core.config.wait_for(opens);
+                let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+                self.open_until
+                    .store(now.saturating_add(wait), Ordering::Release);
+            }
+            ST_CLOSED => {
+                self.opens.store(0, Ordering::Relaxed);
+                self.clear_counts();
+            }
+            _ => {}
+        }
+        self.word
+            .store(pack(epoch.wrapping_add(1), mode, to), Ordering::Release);
+        self.core.events.emit(BreakerEvent {
+            at: Utc::now(),
+            key: Arc::clone(&self.key),
+            from: auto_state(from),
+            to: auto_state(to),
+            reason,
+            shadow: mode == M_METRICS_ONLY,
+        });
+        true
+    }
+
+    /// A manual override: a fresh window, and the new mode.
+    pub(crate) fn set_mode(&self, override_: Override) {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (epoch, mode, state) = unpack(self.word.load(Ordering::Acquire));
+        let (new_mode, reason) = match override_ {
+            Override::ForceOpen => (M_FORCED_OPEN, TransitionReason::ForcedOpen),
+            Override::ForceClosed => (M_DISABLED, TransitionReason::ForcedClosed),
+            Override::MetricsOnly => (M_METRICS_ONLY, TransitionReason::MetricsOnly),
+            Override::Reset => (M_NORMAL, TransitionReason::Reset),
+        };
+        self.clear_counts();
+        self.opens.store(0, Ordering::Relaxed);
+        if override_ == Override::Reset {
+            self.last_failure.store(0, Ordering::Relaxed);
+        }
+        self.word.store(
+            pack(epoch.wrapping_add(1), new_mode, ST_CLOSED),
+            Ordering::Release,
+        );
+        self.core.events.emit(BreakerEvent {
+            at: Utc::now(),
+            key: Arc::clone(&self.key),
+            from: effective(mode, state),
+            to: effective(new_mode, ST_CLOSED),
+            reason,
+            shadow: false,
+        });
+    }
+
+    /// The effective state.
+    pub(crate) fn state(&self) -> CircuitState {
+        let (_, mode, state) = unpack(self.word.load(Ordering::Acquire));
+        effective(mode, state)
+    }
+
+    pub(crate) fn rejections(&self) -> u64 {
+        self.rejections.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn status(&self) -> BreakerStatus {
+        let (_, mode, state) = unpack(self.word.load(Ordering::Acquire));
+        let now = self.core.now_nanos();
+        let snap = match &self.window {
+            Window::Count(w) => w.snapshot(),
+            Window::Time(w) => w.snapshot(now),
+        };
+        let rate = |n: u32| {
+            if snap.calls == 0 {
+                0.0
+            } else {
+                f64::from(n) * 100.0 / f64::from(snap.calls)
+            }
+        };
+        let time_until_half_open =
+            (state == ST_OPEN && mode != M_FORCED_OPEN && mode != M_DISABLED).then(|| {
+                Duration::from_nanos(self.open_until.load(Ordering::Acquire).saturating_sub(now))
+            });
+        let last = self.last_failure.load(Ordering::Relaxed);
+        let (_, _, in_flight) = unpack_probes(self.probes.load(Ordering::Acquire));
+        BreakerStatus {
+            key: Arc::clone(&self.key),
+            state: effective(mode, state),
+            shadow_state: (mode == M_METRICS_ONLY).then(|| auto_state(state)),
+            failure_rate: rate(snap.failures),
+            slow_call_rate: rate(snap.slows),
+            calls_in_window: snap.calls,
+            failures_in_window: snap.failures,
+            slow_calls_in_window: snap.slows,
+            consecutive_failures: self.consecutive.load(Ordering::Acquire),
+            last_failure_at: (last != 0).then(|| self.core.wall(last - 1)),
+            time_until_half_open,
+            probes_in_flight: in_flight,
+            rejections: self.rejections(),
+        }
+    }
+}
+
+/// A manual action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Override {
+    ForceOpen,
+    ForceClosed,
+    MetricsOnly,
+    Reset,
+}
+
+/// What one breaker looks like now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct BreakerStatus {
+    /// The breaker key.
+    pub key: Arc<str>,
+    /// The effective state (a manual override shows as its own state).
+    pub state: CircuitState,
+    /// For a metrics-only breaker, the state its shadow state machine is in.
+    pub shadow_state: Option<CircuitState>,
+    /// Failures in the window, in percent of the calls in it.
+    pub failure_rate: f64,
+    /// Slow calls in the window, in percent of the calls in it.
+    pub slow_call_rate: f64,
+    /// Calls the window holds.
+    pub calls_in_window: u32,
+    /// Failures the window holds.
+    pub failures_in_window: u32,
+    /// Slow calls the window holds.
+    pub slow_calls_in_window: u32,
+    /// Failures in a row.
+    pub consecutive_failures: u32,
+    /// When the last counted failure happened (wall clock).
+    pub last_failure_at: Option<DateTime<Utc>>,
+    /// While open, how long until probes are admitted (zero once the wait is over: the
+    /// next call moves the breaker to half-open).
+    #[serde(with = "duration::option")]
+    pub time_until_half_open: Option<Duration>,
+    /// Half-open probes running now.
+    pub probes_in_flight: u32,
+    /// Calls rejected by this breaker since it was created
+    /// (`circuit_breaker_rejections_total{key}`).
+    pub rejections: u64,
+}

@@ -1,0 +1,104 @@
+//! The closed-state path (lookup, admit, call, record) allocates nothing, with the last
+//! key cached, with keys alternating, and with failures in the window.
+
+use std::alloc::System;
+use std::future::{ready, Future, Ready};
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use serde_json::{json, Value};
+use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState};
+use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use tower::{Layer, Service};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+#[derive(Clone)]
+struct Ready2;
+
+impl Service<ToolRequest> for Ready2 {
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = Ready<Result<ToolResponse, ToolError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        if req.payload().get("fail").is_some() {
+            ready(Err(ToolError::execution_failed("boom")))
+        } else {
+            ready(Ok(ToolResponse::new(Value::Bool(true))))
+        }
+    }
+}
+
+fn run<S>(svc: &mut S, req: &ToolRequest) -> bool
+where
+    S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    let fut = pin!(svc.call(req.clone()));
+    match fut.poll(&mut cx) {
+        Poll::Ready(r) => r.is_ok(),
+        Poll::Pending => panic!("ready service"),
+    }
+}
+
+#[test]
+fn the_closed_path_does_not_allocate() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let registry = BreakerRegistry::default();
+    let mut svc = BreakerLayer::new(registry.clone()).layer(Ready2);
+    let a = ToolRequest::new("weather", json!({}));
+    let b = ToolRequest::new("search", json!({}));
+    let fail = ToolRequest::new("weather", json!({"fail": true}));
+    // Warm up: create both breakers and fill the window.
+    for _ in 0..200 {
+        run(&mut svc, &a);
+        run(&mut svc, &b);
+    }
+
+    let region = Region::new(GLOBAL);
+    for _ in 0..10_000 {
+        assert!(run(&mut svc, &a));
+    }
+    let cached = region.change();
+
+    let region = Region::new(GLOBAL);
+    for _ in 0..1_000 {
+        assert!(run(&mut svc, &a));
+        assert!(run(&mut svc, &b));
+    }
+    let alternating = region.change();
+
+    let region = Region::new(GLOBAL);
+    for i in 0..1_000 {
+        if i % 10 == 0 {
+            assert!(!run(&mut svc, &fail));
+        } else {
+            assert!(run(&mut svc, &a));
+        }
+    }
+    let with_failures = region.change();
+
+    assert_eq!(registry.state("weather"), CircuitState::Closed);
+    assert_eq!(registry.status("weather").unwrap().failures_in_window, 10);
+    assert_eq!(cached.allocations, 0, "cached key: {cached:?}");
+    assert_eq!(
+        alternating.allocations, 0,
+        "alternating keys: {alternating:?}"
+    );
+    assert_eq!(
+        with_failures.allocations, 0,
+        "failures in the window: {with_failures:?}"
+    );
+}
