@@ -52,7 +52,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio_util::sync::WaitForCancellationFutureOwned;
-use toolshield_core::{ShieldRequest, ToolError};
+use toolshield_core::{CallTokens, ShieldRequest, ToolError};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -128,15 +128,13 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let state = match req.call_token() {
-            Some(token) if token.is_cancelled() => State::Rejected,
-            Some(token) => {
-                let cancelled = token.clone().cancelled_owned();
-                State::Racing {
-                    inner: self.inner.call(req),
-                    cancelled,
-                }
-            }
+        let state = match req.call_tokens() {
+            Some(tokens) if tokens.call().is_cancelled() => State::Rejected,
+            Some(tokens) => State::Racing {
+                inner: self.inner.call(req),
+                tokens,
+                waiter: Waiter::Idle,
+            },
             None => State::Plain {
                 inner: self.inner.call(req),
             },
@@ -159,8 +157,9 @@ pin_project! {
         Racing {
             #[pin]
             inner: F,
+            tokens: CallTokens,
             #[pin]
-            cancelled: WaitForCancellationFutureOwned,
+            waiter: Waiter,
         },
         Plain {
             #[pin]
@@ -168,6 +167,19 @@ pin_project! {
         },
         Rejected,
         Done,
+    }
+}
+
+pin_project! {
+    // Registering with the token takes a lock, so it happens only once the inner future
+    // has said it is pending: a call that finishes at once never pays for it.
+    #[project = WaiterProj]
+    enum Waiter {
+        Idle,
+        Waiting {
+            #[pin]
+            cancelled: WaitForCancellationFutureOwned,
+        },
     }
 }
 
@@ -187,15 +199,29 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let out = match this.state.as_mut().project() {
-            StateProj::Racing { inner, cancelled } => {
+            StateProj::Racing {
+                inner,
+                tokens,
+                mut waiter,
+            } => {
                 // The call wins a tie: a result that is already there is worth more than
                 // an error.
                 if let Poll::Ready(result) = inner.poll(cx) {
                     result.map_err(Into::into)
-                } else if cancelled.poll(cx).is_ready() {
-                    Err(cancelled_error(false))
                 } else {
-                    return Poll::Pending;
+                    if let WaiterProj::Idle = waiter.as_mut().project() {
+                        waiter.set(Waiter::Waiting {
+                            cancelled: tokens.call().clone().cancelled_owned(),
+                        });
+                    }
+                    let fired = match waiter.project() {
+                        WaiterProj::Waiting { cancelled } => cancelled.poll(cx).is_ready(),
+                        WaiterProj::Idle => false,
+                    };
+                    if !fired {
+                        return Poll::Pending;
+                    }
+                    Err(cancelled_error(false))
                 }
             }
             StateProj::Plain { inner } => match inner.poll(cx) {

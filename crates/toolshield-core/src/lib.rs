@@ -39,6 +39,7 @@ mod error;
 mod kind;
 mod request;
 mod response;
+mod tokens;
 mod traits;
 
 pub use canonical::{cache_key, payload_digest, Digest};
@@ -49,6 +50,7 @@ pub use error::{ErrorKind, ToolError};
 pub use kind::CallKind;
 pub use request::{RequestMeta, ToolRequest};
 pub use response::{Provenance, SlowCall, ToolResponse};
+pub use tokens::{AttemptGuard, CallTokens};
 pub use traits::{InBandFailure, ShieldRequest, ShieldResponse};
 
 /// A boxed error, for the edges that convert other crates' errors.

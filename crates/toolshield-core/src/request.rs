@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::canonical::{cache_key_from_digest, payload_digest, Digest};
-use crate::{CallKind, ToolError};
+use crate::{CallKind, CallTokens, ToolError};
 
 /// Who asked for a call and under which trace: shared by every clone of a request.
 #[derive(Debug, Clone)]
@@ -67,8 +67,7 @@ pub struct ToolRequest {
     execution_id: Uuid,
     attempt: u32,
     meta: Arc<RequestMeta>,
-    cancel: CancellationToken,
-    attempt_token: CancellationToken,
+    tokens: CallTokens,
     deadline: Option<Instant>,
     extensions: Extensions,
 }
@@ -76,8 +75,6 @@ pub struct ToolRequest {
 impl ToolRequest {
     /// A call of `tool` with `payload`, of kind [`CallKind::Mutating`] until told otherwise.
     pub fn new(tool: impl Into<Arc<str>>, payload: Value) -> Self {
-        let cancel = CancellationToken::new();
-        let attempt_token = cancel.child_token();
         ToolRequest {
             tool: tool.into(),
             payload: Arc::new(Payload {
@@ -94,8 +91,7 @@ impl ToolRequest {
                 run_id: None,
                 started_at: Utc::now(),
             }),
-            cancel,
-            attempt_token,
+            tokens: CallTokens::new(),
             deadline: None,
             extensions: Extensions::new(),
         }
@@ -135,8 +131,7 @@ impl ToolRequest {
 
     /// Uses the caller's cancellation token; the tool will see a child of it.
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
-        self.attempt_token = token.child_token();
-        self.cancel = token;
+        self.tokens = CallTokens::with_call(token);
         self
     }
 
@@ -202,17 +197,22 @@ impl ToolRequest {
 
     /// The call token: cancelling it cancels the whole call.
     pub fn call_token(&self) -> &CancellationToken {
-        &self.cancel
+        self.tokens.call()
     }
 
     /// The attempt token: the child token the tool watches.
     pub fn attempt_token(&self) -> &CancellationToken {
-        &self.attempt_token
+        self.tokens.attempt()
+    }
+
+    /// Both tokens, behind one `Arc` (cloning it takes no lock).
+    pub fn call_tokens(&self) -> &CallTokens {
+        &self.tokens
     }
 
     /// Whether the caller has cancelled the call.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.tokens.call().is_cancelled()
     }
 
     /// The deadline of the whole call, if any.
@@ -261,7 +261,7 @@ impl ToolRequest {
     /// on a fresh attempt token (the previous one may have been cancelled by a timeout).
     pub fn begin_attempt(&mut self, attempt: u32) {
         if attempt > 1 && attempt != self.attempt {
-            self.attempt_token = self.cancel.child_token();
+            self.tokens = self.tokens.next_attempt();
         }
         self.attempt = attempt;
         self.execution_id = Uuid::new_v4();
@@ -278,8 +278,7 @@ impl Clone for ToolRequest {
             execution_id: self.execution_id,
             attempt: self.attempt,
             meta: Arc::clone(&self.meta),
-            cancel: self.cancel.clone(),
-            attempt_token: self.attempt_token.clone(),
+            tokens: self.tokens.clone(),
             deadline: self.deadline,
             extensions: self.extensions.clone(),
         }
@@ -297,7 +296,7 @@ impl fmt::Debug for ToolRequest {
             .field("has_idempotency_key", &self.idempotency_key.is_some())
             .field("trace_id", &self.meta.trace_id)
             .field("deadline", &self.deadline)
-            .field("cancelled", &self.cancel.is_cancelled())
+            .field("cancelled", &self.tokens.call().is_cancelled())
             .finish_non_exhaustive()
     }
 }

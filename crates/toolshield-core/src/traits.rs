@@ -7,7 +7,9 @@ use http::Extensions;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{CallKind, ErrorKind, Provenance, RequestMeta, SlowCall, ToolRequest, ToolResponse};
+use crate::{
+    CallKind, CallTokens, ErrorKind, Provenance, RequestMeta, SlowCall, ToolRequest, ToolResponse,
+};
 
 /// What a generic layer needs to know about, and change on, a request.
 pub trait ShieldRequest {
@@ -27,6 +29,22 @@ pub trait ShieldRequest {
     /// The token of the current attempt (a child of the call token): what the tool
     /// watches, and what a timeout cancels.
     fn attempt_token(&self) -> Option<&CancellationToken>;
+
+    /// Both tokens as one cheap handle (cloning it takes no lock), for layers that keep
+    /// them beyond the call: the timeout's [`AttemptGuard`](crate::AttemptGuard), the
+    /// cancel layer's watch. The default wraps [`call_token`](Self::call_token) and
+    /// [`attempt_token`](Self::attempt_token) (one allocation); request types that can
+    /// keep a [`CallTokens`] should return it.
+    fn call_tokens(&self) -> Option<CallTokens> {
+        match (self.call_token(), self.attempt_token()) {
+            (Some(call), Some(attempt)) => {
+                Some(CallTokens::from_parts(call.clone(), attempt.clone()))
+            }
+            (Some(call), None) => Some(CallTokens::from_parts(call.clone(), call.clone())),
+            (None, Some(attempt)) => Some(CallTokens::from_parts(attempt.clone(), attempt.clone())),
+            (None, None) => None,
+        }
+    }
 
     /// The deadline of the whole call.
     fn deadline_at(&self) -> Option<Instant>;
@@ -68,6 +86,9 @@ impl ShieldRequest for ToolRequest {
     }
     fn attempt_token(&self) -> Option<&CancellationToken> {
         Some(ToolRequest::attempt_token(self))
+    }
+    fn call_tokens(&self) -> Option<CallTokens> {
+        Some(ToolRequest::call_tokens(self).clone())
     }
     fn deadline_at(&self) -> Option<Instant> {
         ToolRequest::deadline_at(self)

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
-use tokio_util::sync::DropGuard;
-use toolshield_core::{ShieldResponse, SlowCall, ToolError};
+use toolshield_core::{AttemptGuard, ShieldResponse, SlowCall, ToolError};
 
 /// Which limit a [`ResponseFuture`] enforces, for the error message.
 #[derive(Debug, Clone, Copy)]
@@ -25,7 +24,7 @@ pin_project! {
         soft: Option<Duration>,
         // Cancels the attempt token if this future is dropped or expires before the inner
         // future finishes; disarmed on completion.
-        guard: Option<DropGuard>,
+        guard: Option<AttemptGuard>,
     }
 }
 
@@ -52,7 +51,7 @@ impl<F> ResponseFuture<F> {
         expiry: Expiry,
         start: Instant,
         soft: Option<Duration>,
-        guard: Option<DropGuard>,
+        guard: Option<AttemptGuard>,
     ) -> Self {
         ResponseFuture {
             state: State::Running {

@@ -73,7 +73,7 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let start = Instant::now();
-        let guard = req.attempt_token().map(|t| t.clone().drop_guard());
+        let guard = req.call_tokens().map(|t| t.guard_attempt());
         let expires = instant_after(start, self.attempt);
         ResponseFuture::running(
             self.inner.call(req),
@@ -145,7 +145,7 @@ where
                 "deadline passed before the call started",
             ));
         }
-        let guard = req.attempt_token().map(|t| t.clone().drop_guard());
+        let guard = req.call_tokens().map(|t| t.guard_attempt());
         ResponseFuture::running(
             self.inner.call(req),
             deadline,

@@ -1,0 +1,106 @@
+//! The cancellation tokens of a call, behind one `Arc`.
+//!
+//! tokio-util's `CancellationToken::clone` takes a lock on the token tree; a request is
+//! cloned by several layers per call, so the request keeps both of its tokens behind
+//! one `Arc` instead: cloning a request, or handing a layer a way to cancel the attempt,
+//! is a single reference-count increment.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+struct Tokens {
+    call: CancellationToken,
+    attempt: CancellationToken,
+}
+
+/// The call token (the caller's: cancelling it cancels the whole call) and the attempt
+/// token (a child of it, what the tool watches). Cheap to clone.
+#[derive(Clone)]
+pub struct CallTokens(Arc<Tokens>);
+
+impl CallTokens {
+    /// A fresh call token and its first attempt token.
+    pub fn new() -> Self {
+        Self::with_call(CancellationToken::new())
+    }
+
+    /// Uses the caller's `call` token; the attempt token is a new child of it.
+    pub fn with_call(call: CancellationToken) -> Self {
+        let attempt = call.child_token();
+        CallTokens(Arc::new(Tokens { call, attempt }))
+    }
+
+    /// Wraps tokens a request type keeps elsewhere (`attempt` should be a child of `call`).
+    pub fn from_parts(call: CancellationToken, attempt: CancellationToken) -> Self {
+        CallTokens(Arc::new(Tokens { call, attempt }))
+    }
+
+    /// The call token.
+    pub fn call(&self) -> &CancellationToken {
+        &self.0.call
+    }
+
+    /// The attempt token.
+    pub fn attempt(&self) -> &CancellationToken {
+        &self.0.attempt
+    }
+
+    /// The same call token with a fresh attempt token, for the next attempt.
+    pub fn next_attempt(&self) -> CallTokens {
+        Self::with_call(self.0.call.clone())
+    }
+
+    /// A guard that cancels the attempt token when dropped, unless disarmed.
+    pub fn guard_attempt(self) -> AttemptGuard {
+        AttemptGuard { tokens: Some(self) }
+    }
+}
+
+impl Default for CallTokens {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for CallTokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallTokens")
+            .field("call_cancelled", &self.0.call.is_cancelled())
+            .field("attempt_cancelled", &self.0.attempt.is_cancelled())
+            .finish()
+    }
+}
+
+/// Cancels an attempt token when dropped: held by a future for as long as its attempt
+/// runs, disarmed when the attempt finishes, so an attempt abandoned by a timeout, a
+/// deadline or a dropped caller is cancelled. Cheaper than tokio-util's `DropGuard`
+/// (no lock to create it).
+#[must_use = "dropping the guard at once cancels the attempt"]
+pub struct AttemptGuard {
+    tokens: Option<CallTokens>,
+}
+
+impl AttemptGuard {
+    /// The attempt finished: do not cancel it.
+    pub fn disarm(mut self) {
+        self.tokens = None;
+    }
+}
+
+impl Drop for AttemptGuard {
+    fn drop(&mut self) {
+        if let Some(tokens) = self.tokens.take() {
+            tokens.attempt().cancel();
+        }
+    }
+}
+
+impl fmt::Debug for AttemptGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttemptGuard")
+            .field("armed", &self.tokens.is_some())
+            .finish()
+    }
+}
