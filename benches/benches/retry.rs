@@ -1,0 +1,152 @@
+//! Retry, first attempt succeeds: the bare service, toolshield's retry layer and
+//! `tower::retry::Retry` with a comparable policy (3 attempts, retriable errors only,
+//! request cloned up front) in one group. Both retry layers clone the inner service per
+//! call, and cloning `BareTool` allocates (its output is a JSON object), so a second group
+//! repeats the comparison around a tool whose clone is free, to show the layers' own cost.
+
+// `criterion_group!` generates a public function without docs.
+#![allow(missing_docs)]
+
+use std::future::{ready, Future, Ready};
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use toolshield_benches::{payload_200b, BareTool};
+use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_retry::RetryLayer;
+use tower::retry::{Policy, RetryLayer as TowerRetryLayer};
+use tower::{Layer, Service};
+
+/// Polls a future to completion on the current thread with a no-op waker: every entry
+/// of the group pays the same (nothing) for the executor.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut fut = pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
+
+/// One call through `svc` (readiness, call, await), asserting success.
+fn call<S>(svc: &mut S, req: &ToolRequest)
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let _ = svc.poll_ready(&mut cx);
+    let res = block_on(svc.call(req.clone()));
+    assert!(black_box(res).is_ok());
+}
+
+/// tower's retry with the same decisions as toolshield's defaults, minus the backoff
+/// (never reached here): at most 3 attempts, retriable kinds only.
+#[derive(Clone)]
+struct ThreeAttempts(u32);
+
+impl Policy<ToolRequest, ToolResponse, ToolError> for ThreeAttempts {
+    type Future = Ready<()>;
+
+    fn retry(
+        &mut self,
+        _req: &mut ToolRequest,
+        result: &mut Result<ToolResponse, ToolError>,
+    ) -> Option<Self::Future> {
+        match result {
+            Err(e) if e.is_retriable() && self.0 < 3 => {
+                self.0 += 1;
+                Some(ready(()))
+            }
+            _ => None,
+        }
+    }
+
+    fn clone_request(&mut self, req: &ToolRequest) -> Option<ToolRequest> {
+        Some(req.clone())
+    }
+}
+
+/// A tool whose clone costs nothing (a unit struct), answering like `BareTool`.
+#[derive(Clone, Copy)]
+struct UnitTool;
+
+impl Service<ToolRequest> for UnitTool {
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = Ready<Result<ToolResponse, ToolError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: ToolRequest) -> Self::Future {
+        ready(Ok(ToolResponse::new(serde_json::Value::Bool(true))))
+    }
+}
+
+fn retry_first_attempt_success_unit_tool(c: &mut Criterion) {
+    let req = ToolRequest::new("weather", payload_200b()).kind(CallKind::ReadOnly);
+    let mut group = c.benchmark_group("retry_first_attempt_success_unit_tool");
+
+    let mut bare = UnitTool;
+    group.bench_function("bare", |b| b.iter(|| call(&mut bare, &req)));
+
+    // What the retry layers add on top of `call` for a retriable request: one more clone
+    // (and drop) of the request.
+    group.bench_function("request_clone_only", |b| {
+        b.iter(|| drop(black_box(req.clone())))
+    });
+
+    let mut shield = RetryLayer::default().layer(UnitTool);
+    group.bench_function("toolshield_retry", |b| b.iter(|| call(&mut shield, &req)));
+
+    let mut shield_no_budget = RetryLayer::default().without_budget().layer(UnitTool);
+    group.bench_function("toolshield_retry_no_budget", |b| {
+        b.iter(|| call(&mut shield_no_budget, &req))
+    });
+
+    let mutating = ToolRequest::new("pay", payload_200b()).kind(CallKind::Mutating);
+    let mut shield_mutating = RetryLayer::default().layer(UnitTool);
+    group.bench_function("toolshield_retry_mutating_no_key", |b| {
+        b.iter(|| call(&mut shield_mutating, &mutating))
+    });
+
+    let mut tower_retry = TowerRetryLayer::new(ThreeAttempts(1)).layer(UnitTool);
+    group.bench_function("tower_retry", |b| b.iter(|| call(&mut tower_retry, &req)));
+
+    group.finish();
+}
+
+fn retry_first_attempt_success(c: &mut Criterion) {
+    let req = ToolRequest::new("weather", payload_200b()).kind(CallKind::ReadOnly);
+    let mut group = c.benchmark_group("retry_first_attempt_success");
+
+    let mut bare = BareTool::new();
+    group.bench_function("bare", |b| b.iter(|| call(&mut bare, &req)));
+
+    let mut shield = RetryLayer::default().layer(BareTool::new());
+    group.bench_function("toolshield_retry", |b| b.iter(|| call(&mut shield, &req)));
+
+    let mut shield_no_budget = RetryLayer::default()
+        .without_budget()
+        .layer(BareTool::new());
+    group.bench_function("toolshield_retry_no_budget", |b| {
+        b.iter(|| call(&mut shield_no_budget, &req))
+    });
+
+    let mut tower_retry = TowerRetryLayer::new(ThreeAttempts(1)).layer(BareTool::new());
+    group.bench_function("tower_retry", |b| b.iter(|| call(&mut tower_retry, &req)));
+
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    retry_first_attempt_success,
+    retry_first_attempt_success_unit_tool
+);
+criterion_main!(benches);

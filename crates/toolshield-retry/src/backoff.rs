@@ -1,0 +1,225 @@
+//! How long to wait before a retry: the [`Backoff`] trait and the built-in
+//! [`BackoffStrategy`] (exponential with full, equal or no jitter; decorrelated jitter;
+//! a fixed uniform range; none).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toolshield_core::config::Problems;
+
+/// Decides the wait before a retry. Replace it with
+/// [`RetryLayer::with_backoff`](crate::RetryLayer::with_backoff).
+///
+/// Implementations must never panic: whatever the numbers, return a duration.
+pub trait Backoff: Send + Sync {
+    /// The wait before retry number `retry` (1 for the wait before the second attempt),
+    /// given the previous wait (zero before the first retry) and a random source.
+    fn wait(&self, retry: u32, previous: Duration, rng: &mut fastrand::Rng) -> Duration;
+}
+
+impl<F> Backoff for F
+where
+    F: Fn(u32, Duration, &mut fastrand::Rng) -> Duration + Send + Sync,
+{
+    fn wait(&self, retry: u32, previous: Duration, rng: &mut fastrand::Rng) -> Duration {
+        self(retry, previous, rng)
+    }
+}
+
+/// How much randomness an exponential backoff adds to its nominal wait `d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Jitter {
+    /// Uniform in `[0, d]` (AWS "full jitter"): the best spread, the default.
+    #[default]
+    Full,
+    /// Uniform in `[d/2, d]` (AWS "equal jitter"): never shorter than half the nominal wait.
+    Equal,
+    /// Exactly `d`.
+    None,
+}
+
+/// The built-in backoff strategies, usable from configuration files.
+///
+/// In a config file the strategy is tagged by `strategy`:
+///
+/// ```
+/// use toolshield_retry::BackoffStrategy;
+///
+/// let b: BackoffStrategy = serde_json::from_str(
+///     r#"{"strategy": "exponential", "base": "500ms", "factor": 2.0, "cap": "5s", "jitter": "full"}"#,
+/// ).unwrap();
+/// assert_eq!(b, BackoffStrategy::default());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "strategy", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BackoffStrategy {
+    /// `min(cap, base × factor^(retry − 1))`, then jittered.
+    Exponential {
+        /// The nominal wait before the first retry.
+        #[serde(with = "toolshield_core::config::duration")]
+        base: Duration,
+        /// The growth factor (at least 1).
+        factor: f64,
+        /// The longest nominal wait.
+        #[serde(with = "toolshield_core::config::duration")]
+        cap: Duration,
+        /// The jitter applied to the nominal wait.
+        #[serde(default)]
+        jitter: Jitter,
+    },
+    /// AWS "decorrelated jitter": `min(cap, uniform[base, 3 × previous])`, starting from
+    /// `base`.
+    Decorrelated {
+        /// The shortest wait, and the starting point.
+        #[serde(with = "toolshield_core::config::duration")]
+        base: Duration,
+        /// The longest wait.
+        #[serde(with = "toolshield_core::config::duration")]
+        cap: Duration,
+    },
+    /// Uniform in `[min, max]` before every retry.
+    Fixed {
+        /// The shortest wait.
+        #[serde(with = "toolshield_core::config::duration")]
+        min: Duration,
+        /// The longest wait.
+        #[serde(with = "toolshield_core::config::duration")]
+        max: Duration,
+    },
+    /// Retry at once.
+    None,
+}
+
+impl Default for BackoffStrategy {
+    /// Exponential from 500 ms, factor 2, capped at 5 s, full jitter (DESIGN §4).
+    fn default() -> Self {
+        BackoffStrategy::Exponential {
+            base: Duration::from_millis(500),
+            factor: 2.0,
+            cap: Duration::from_secs(5),
+            jitter: Jitter::Full,
+        }
+    }
+}
+
+impl BackoffStrategy {
+    /// Exponential backoff: `min(cap, base × factor^(retry − 1))` with `jitter`.
+    pub const fn exponential(base: Duration, factor: f64, cap: Duration, jitter: Jitter) -> Self {
+        BackoffStrategy::Exponential {
+            base,
+            factor,
+            cap,
+            jitter,
+        }
+    }
+
+    /// Decorrelated jitter between `base` and `cap`.
+    pub const fn decorrelated(base: Duration, cap: Duration) -> Self {
+        BackoffStrategy::Decorrelated { base, cap }
+    }
+
+    /// A uniform wait in `[min, max]` before every retry.
+    pub const fn fixed_range(min: Duration, max: Duration) -> Self {
+        BackoffStrategy::Fixed { min, max }
+    }
+
+    /// No wait between attempts.
+    pub const fn none() -> Self {
+        BackoffStrategy::None
+    }
+
+    /// Records every problem of this strategy under `prefix` (e.g. `backoff`).
+    pub fn check(&self, prefix: &str, problems: &mut Problems) {
+        match *self {
+            BackoffStrategy::Exponential {
+                base, factor, cap, ..
+            } => {
+                problems.check(
+                    factor.is_finite() && factor >= 1.0,
+                    format!("{prefix}.factor"),
+                    format_args!("must be a finite number of at least 1, got {factor}"),
+                );
+                problems.check(
+                    base <= cap,
+                    format!("{prefix}.base"),
+                    format_args!("base {base:?} > cap {cap:?}"),
+                );
+            }
+            BackoffStrategy::Decorrelated { base, cap } => {
+                problems.check(
+                    !base.is_zero(),
+                    format!("{prefix}.base"),
+                    "must be more than zero (decorrelated jitter grows from it)",
+                );
+                problems.check(
+                    base <= cap,
+                    format!("{prefix}.base"),
+                    format_args!("base {base:?} > cap {cap:?}"),
+                );
+            }
+            BackoffStrategy::Fixed { min, max } => {
+                problems.check(
+                    min <= max,
+                    format!("{prefix}.min"),
+                    format_args!("min {min:?} > max {max:?}"),
+                );
+            }
+            BackoffStrategy::None => {}
+        }
+    }
+}
+
+/// Nanoseconds of `d`, saturating at `u64::MAX` (584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A uniform duration in `[lo, hi]` (bounds swapped if reversed: never panics).
+pub(crate) fn uniform(lo: Duration, hi: Duration, rng: &mut fastrand::Rng) -> Duration {
+    let (lo, hi) = if lo <= hi { (lo, hi) } else { (hi, lo) };
+    Duration::from_nanos(rng.u64(nanos(lo)..=nanos(hi)))
+}
+
+/// `min(cap, base × factor^(retry − 1))`, robust to any numbers.
+fn exponential_nominal(base: Duration, factor: f64, cap: Duration, retry: u32) -> Duration {
+    let exp = i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX);
+    let secs = base.as_secs_f64() * factor.powi(exp);
+    if secs.is_nan() || secs <= 0.0 {
+        return Duration::ZERO.min(cap);
+    }
+    if secs >= cap.as_secs_f64() {
+        return cap;
+    }
+    Duration::try_from_secs_f64(secs).map_or(cap, |d| d.min(cap))
+}
+
+impl Backoff for BackoffStrategy {
+    fn wait(&self, retry: u32, previous: Duration, rng: &mut fastrand::Rng) -> Duration {
+        match *self {
+            BackoffStrategy::Exponential {
+                base,
+                factor,
+                cap,
+                jitter,
+            } => {
+                let d = exponential_nominal(base, factor, cap, retry);
+                match jitter {
+                    Jitter::Full => uniform(Duration::ZERO, d, rng),
+                    Jitter::Equal => {
+                        let half = d / 2;
+                        half + uniform(Duration::ZERO, d - half, rng)
+                    }
+                    Jitter::None => d,
+                }
+            }
+            BackoffStrategy::Decorrelated { base, cap } => {
+                let previous = if previous.is_zero() { base } else { previous };
+                let hi = previous.saturating_mul(3).max(base);
+                uniform(base, hi, rng).min(cap)
+            }
+            BackoffStrategy::Fixed { min, max } => uniform(min, max, rng),
+            BackoffStrategy::None => Duration::ZERO,
+        }
+    }
+}

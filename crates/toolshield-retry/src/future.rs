@@ -1,0 +1,291 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use tokio::time::{sleep, Instant, Sleep};
+use tokio_util::sync::WaitForCancellationFutureOwned;
+use toolshield_core::{
+    AttemptGuard, Classify, ErrorKind, Outcome, ShieldRequest, ShieldResponse, ToolError,
+};
+use tower_service::Service;
+
+use crate::layer::Shared;
+
+pin_project! {
+    /// The future of [`Retry`](crate::Retry): calling, backing off, waiting for the
+    /// inner service to be ready again, calling again.
+    pub struct ResponseFuture<S, Req, P>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        state: State<S::Future>,
+        // The caller's token, watched while backing off and waiting for readiness; set
+        // when the first retry is planned (boxed: only retries pay for it).
+        cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+        service: S,
+        // A copy for the next attempt; `None` when the call may not be retried.
+        request: Option<Req>,
+        shared: Arc<Shared<P>>,
+        attempt: u32,
+        previous_wait: Duration,
+        // Cancels the attempt token this future created if it is dropped mid-attempt;
+        // disarmed when the attempt completes.
+        guard: Option<AttemptGuard>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Calling {
+            #[pin]
+            future: F,
+        },
+        Backoff {
+            #[pin]
+            sleep: Sleep,
+        },
+        WaitReady,
+    }
+}
+
+impl<S, Req, P> ResponseFuture<S, Req, P>
+where
+    S: Service<Req>,
+{
+    pub(crate) fn new(
+        future: S::Future,
+        service: S,
+        request: Option<Req>,
+        shared: Arc<Shared<P>>,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Calling { future },
+            cancelled: None,
+            service,
+            request,
+            shared,
+            attempt: 1,
+            previous_wait: Duration::ZERO,
+            guard: None,
+        }
+    }
+}
+
+impl<S, Req, P> fmt::Debug for ResponseFuture<S, Req, P>
+where
+    S: Service<Req>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Calling { .. } => "calling",
+            State::Backoff { .. } => "backoff",
+            State::WaitReady => "wait_ready",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What to do after an attempt.
+enum Next {
+    /// Return the attempt's result.
+    Done,
+    /// Return `CANCELLED`: the caller gave up.
+    Cancelled,
+    /// Try again after this wait.
+    Retry(Duration),
+}
+
+fn finish<Res: ShieldResponse>(
+    result: Result<Res, ToolError>,
+    attempts: u32,
+) -> Result<Res, ToolError> {
+    match result {
+        Ok(mut res) => {
+            res.set_attempts(attempts);
+            Ok(res)
+        }
+        Err(e) => Err(e.with_attempts(attempts)),
+    }
+}
+
+fn cancelled_error(attempts: u32) -> ToolError {
+    ToolError::cancelled("call cancelled while waiting to retry").with_attempts(attempts)
+}
+
+/// Decides whether attempt `attempt`, which ended with `result`, is retried, and after
+/// which wait.
+fn decide<Req, Res, P>(
+    shared: &Shared<P>,
+    request: Option<&Req>,
+    attempt: u32,
+    previous_wait: Duration,
+    result: &Result<Res, ToolError>,
+) -> Next
+where
+    Req: ShieldRequest,
+    P: Classify<Res>,
+{
+    let failure = match shared.classifier.classify(result) {
+        Outcome::Failure(f) if f.retriable => f,
+        _ => return Next::Done,
+    };
+    if attempt >= shared.max_attempts {
+        shared.stats.record_exhausted();
+        return Next::Done;
+    }
+    // No copy: the request may not be repeated (a mutating call without a key).
+    let Some(request) = request else {
+        return Next::Done;
+    };
+    if request.call_token().is_some_and(|t| t.is_cancelled()) {
+        shared.stats.record_cancelled();
+        return Next::Cancelled;
+    }
+    let wait = match (failure.retry_after, failure.kind) {
+        (Some(wait), _) => wait,
+        (None, ErrorKind::RateLimited) => shared.rate_limit_backoff,
+        (None, _) => shared
+            .backoff
+            .wait(attempt, previous_wait, &mut fastrand::Rng::new()),
+    };
+    if let Some(deadline) = request.deadline_at() {
+        let past = Instant::now()
+            .checked_add(wait)
+            .is_none_or(|resume| resume > deadline);
+        if past {
+            shared.stats.record_deadline_refusal();
+            tracing::debug!(
+                target: "toolshield::retry",
+                tool = request.tool(),
+                attempt,
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                code = failure.kind.code(),
+                "retry not started: its wait would end past the deadline"
+            );
+            return Next::Done;
+        }
+    }
+    if let Some(budget) = &shared.budget {
+        if !budget.try_withdraw() {
+            shared.stats.record_budget_refusal();
+            tracing::debug!(
+                target: "toolshield::retry",
+                tool = request.tool(),
+                attempt,
+                code = failure.kind.code(),
+                "retry refused: retry budget exhausted"
+            );
+            return Next::Done;
+        }
+    }
+    shared.stats.record_retry(failure.kind);
+    tracing::info!(
+        target: "toolshield::retry",
+        tool = request.tool(),
+        attempt,
+        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        code = failure.kind.code(),
+        "retrying tool call"
+    );
+    Next::Retry(wait)
+}
+
+impl<S, Req, Res, P> Future for ResponseFuture<S, Req, P>
+where
+    S: Service<Req, Response = Res>,
+    S::Error: Into<ToolError>,
+    Req: ShieldRequest + Clone,
+    Res: ShieldResponse,
+    P: Classify<Res>,
+{
+    type Output = Result<Res, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Calling { future } => {
+                    let result = ready!(future.poll(cx)).map_err(Into::into);
+                    if let Some(guard) = this.guard.take() {
+                        guard.disarm();
+                    }
+                    let attempt = *this.attempt;
+                    let next = decide(
+                        this.shared,
+                        this.request.as_ref(),
+                        attempt,
+                        *this.previous_wait,
+                        &result,
+                    );
+                    match next {
+                        Next::Done => return Poll::Ready(finish(result, attempt)),
+                        Next::Cancelled => return Poll::Ready(Err(cancelled_error(attempt))),
+                        Next::Retry(wait) => {
+                            *this.previous_wait = wait;
+                            if this.cancelled.is_none() {
+                                let token =
+                                    this.request.as_ref().and_then(|r| r.call_token()).cloned();
+                                if let Some(token) = token {
+                                    *this.cancelled = Some(Box::pin(token.cancelled_owned()));
+                                }
+                            }
+                            if wait.is_zero() {
+                                this.state.set(State::WaitReady);
+                            } else {
+                                this.state.set(State::Backoff { sleep: sleep(wait) });
+                            }
+                        }
+                    }
+                }
+                StateProj::Backoff { sleep } => {
+                    if let Some(cancelled) = this.cancelled.as_mut() {
+                        if cancelled.as_mut().poll(cx).is_ready() {
+                            this.shared.stats.record_cancelled();
+                            return Poll::Ready(Err(cancelled_error(*this.attempt)));
+                        }
+                    }
+                    ready!(sleep.poll(cx));
+                    this.state.set(State::WaitReady);
+                }
+                StateProj::WaitReady => {
+                    if let Some(cancelled) = this.cancelled.as_mut() {
+                        if cancelled.as_mut().poll(cx).is_ready() {
+                            this.shared.stats.record_cancelled();
+                            return Poll::Ready(Err(cancelled_error(*this.attempt)));
+                        }
+                    }
+                    if let Err(e) = ready!(this.service.poll_ready(cx)) {
+                        return Poll::Ready(Err(e.into().with_attempts(*this.attempt)));
+                    }
+                    let next_attempt = this.attempt.saturating_add(1);
+                    // The last allowed attempt takes the copy; earlier ones clone it.
+                    let request = if next_attempt < this.shared.max_attempts {
+                        this.request.clone()
+                    } else {
+                        this.request.take()
+                    };
+                    let Some(mut request) = request else {
+                        return Poll::Ready(Err(ToolError::internal(
+                            "retry lost its request copy",
+                        )
+                        .with_attempts(*this.attempt)));
+                    };
+                    *this.attempt = next_attempt;
+                    request.begin_attempt(next_attempt);
+                    *this.guard = request.call_tokens().map(|t| t.guard_attempt());
+                    let future = this.service.call(request);
+                    this.state.set(State::Calling { future });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolshield_core::{ConfigError, DefaultClassifier};
+use tower_layer::Layer;
+
+use crate::{Backoff, Retry, RetryBudget, RetryConfig, RetryStats};
+
+/// What every service built by one layer shares.
+pub(crate) struct Shared<P> {
+    pub(crate) classifier: P,
+    pub(crate) backoff: Arc<dyn Backoff>,
+    pub(crate) max_attempts: u32,
+    pub(crate) rate_limit_backoff: Duration,
+    pub(crate) budget: Option<Arc<RetryBudget>>,
+    pub(crate) stats: RetryStats,
+}
+
+/// Retries failed calls with backoff, within a budget, never past the deadline.
+///
+/// Configuration only: the retry budget and the counters are shared (through `Arc`s) by
+/// every service this layer builds and by their clones.
+///
+/// ```
+/// use toolshield_retry::{RetryConfig, RetryLayer};
+///
+/// let layer = RetryLayer::from_config(RetryConfig { max_attempts: 5, ..Default::default() })?;
+/// assert_eq!(layer.max_attempts(), 5);
+/// # Ok::<(), toolshield_core::ConfigError>(())
+/// ```
+pub struct RetryLayer<P = DefaultClassifier> {
+    classifier: P,
+    backoff: Arc<dyn Backoff>,
+    max_attempts: u32,
+    rate_limit_backoff: Duration,
+    budget: Option<Arc<RetryBudget>>,
+    stats: RetryStats,
+}
+
+impl RetryLayer {
+    /// A layer from a configuration, after [`RetryConfig::validate`]: an invalid
+    /// configuration is an error listing every problem.
+    pub fn from_config(config: RetryConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let budget = config.budget.enabled.then(|| {
+            Arc::new(RetryBudget::new(
+                config.budget.ratio,
+                config.budget.min_per_sec,
+                config.budget.burst,
+            ))
+        });
+        Ok(RetryLayer {
+            classifier: DefaultClassifier,
+            backoff: Arc::new(config.backoff),
+            max_attempts: config.max_attempts,
+            rate_limit_backoff: config.rate_limit_backoff,
+            budget,
+            stats: RetryStats::new(),
+        })
+    }
+}
+
+impl Default for RetryLayer {
+    /// The defaults of DESIGN §4: 3 attempts, exponential backoff from 500 ms capped at
+    /// 5 s with full jitter, 30 s after a 429 without `retry_after`, a budget of 20 %
+    /// with a floor of 10 retries per second.
+    fn default() -> Self {
+        let config = RetryConfig::default();
+        RetryLayer {
+            classifier: DefaultClassifier,
+            backoff: Arc::new(config.backoff),
+            max_attempts: config.max_attempts,
+            rate_limit_backoff: config.rate_limit_backoff,
+            budget: Some(Arc::new(RetryBudget::new(
+                config.budget.ratio,
+                config.budget.min_per_sec,
+                config.budget.burst,
+            ))),
+            stats: RetryStats::new(),
+        }
+    }
+}
+
+impl<P> RetryLayer<P> {
+    /// Replaces the classifier that decides what is retried (any
+    /// `Fn(&Result<Res, ToolError>) -> Outcome` works), e.g. to retry a response that
+    /// failed output validation.
+    pub fn with_classifier<P2>(self, classifier: P2) -> RetryLayer<P2> {
+        RetryLayer {
+            classifier,
+            backoff: self.backoff,
+            max_attempts: self.max_attempts,
+            rate_limit_backoff: self.rate_limit_backoff,
+            budget: self.budget,
+            stats: self.stats,
+        }
+    }
+
+    /// Replaces the backoff with a built-in strategy or a custom [`Backoff`].
+    pub fn with_backoff(mut self, backoff: impl Backoff + 'static) -> Self {
+        self.backoff = Arc::new(backoff);
+        self
+    }
+
+    /// Uses `budget` (which other layers may share too) instead of this layer's own.
+    pub fn with_budget(mut self, budget: Arc<RetryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Retries without a budget: only the attempt limit bounds them.
+    pub fn without_budget(mut self) -> Self {
+        self.budget = None;
+        self
+    }
+
+    /// Attempts in total, the first included.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The retry budget, if one is set.
+    pub fn budget(&self) -> Option<&Arc<RetryBudget>> {
+        self.budget.as_ref()
+    }
+
+    /// The counters of every service this layer builds.
+    pub fn stats(&self) -> RetryStats {
+        self.stats.clone()
+    }
+}
+
+impl<P: Clone> Clone for RetryLayer<P> {
+    fn clone(&self) -> Self {
+        RetryLayer {
+            classifier: self.classifier.clone(),
+            backoff: Arc::clone(&self.backoff),
+            max_attempts: self.max_attempts,
+            rate_limit_backoff: self.rate_limit_backoff,
+            budget: self.budget.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+}
+
+impl<P> fmt::Debug for RetryLayer<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryLayer")
+            .field("max_attempts", &self.max_attempts)
+            .field("rate_limit_backoff", &self.rate_limit_backoff)
+            .field("budget", &self.budget)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, P: Clone> Layer<S> for RetryLayer<P> {
+    type Service = Retry<S, P>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Retry::from_shared(
+            inner,
+            Arc::new(Shared {
+                classifier: self.classifier.clone(),
+                backoff: Arc::clone(&self.backoff),
+                // Never zero at run time, whatever was built by hand.
+                max_attempts: self.max_attempts.max(1),
+                rate_limit_backoff: self.rate_limit_backoff,
+                budget: self.budget.clone(),
+                stats: self.stats.clone(),
+            }),
+        )
+    }
+}

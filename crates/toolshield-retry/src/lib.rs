@@ -1,0 +1,78 @@
+//! Retries for tower services: backoff with jitter, `Retry-After` and 429, a shared retry
+//! budget, deadline-aware, safe for mutations.
+//!
+//! [`RetryLayer`] wraps any `Service<Req>` whose request implements
+//! [`ShieldRequest`](toolshield_core::ShieldRequest) (a [`ToolRequest`](toolshield_core::ToolRequest),
+//! and later an `http::Request`) and whose response implements
+//! [`ShieldResponse`](toolshield_core::ShieldResponse). A failed call is tried again when:
+//!
+//! - the [classifier](toolshield_core::Classify) says the failure is retriable (by
+//!   default `TIMEOUT`, `RATE_LIMITED`, `CONNECTION_FAILED`, `UPSTREAM_UNAVAILABLE`);
+//! - attempts are left (3 in total by default);
+//! - the call is not a [`Mutating`](toolshield_core::CallKind::Mutating) one without an
+//!   idempotency key;
+//! - the wait ends before the request's deadline, if it has one;
+//! - the [`RetryBudget`] shared by every clone of the layer has a token (retries add at
+//!   most 20 % of calls, with a floor of 10 per second).
+//!
+//! The wait is the error's `retry_after` when it carries one, 30 s for a `RATE_LIMITED`
+//! error that does not, and otherwise the [`BackoffStrategy`] (exponential from 500 ms,
+//! factor 2, capped at 5 s, full jitter by default). Cancelling the caller's token during
+//! the wait ends the call at once with `CANCELLED`. Each attempt polls the inner service
+//! ready again and gets a fresh execution id; the number of attempts ends up in the
+//! response's provenance and on the error.
+//!
+//! In the default stack the layer sits inside fallback and outside the circuit breaker and
+//! the attempt timeout: `... > fallback > retry > breaker > attempt timeout > tool`.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::sync::Arc;
+//! use serde_json::json;
+//! use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_retry::{BackoffStrategy, RetryLayer};
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ToolError> {
+//! let calls = Arc::new(AtomicU32::new(0));
+//! let counter = Arc::clone(&calls);
+//! // A flaky tool: the first call fails with a connection error.
+//! let tool = service_fn(move |_req: ToolRequest| {
+//!     let n = counter.fetch_add(1, Ordering::SeqCst);
+//!     async move {
+//!         if n == 0 {
+//!             Err(ToolError::new(ErrorKind::ConnectionFailed, "connection reset"))
+//!         } else {
+//!             Ok(ToolResponse::new(json!({"temp": 21})))
+//!         }
+//!     }
+//! });
+//! let svc = ServiceBuilder::new()
+//!     .layer(RetryLayer::default().with_backoff(BackoffStrategy::none()))
+//!     .service(tool);
+//! let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(CallKind::ReadOnly);
+//! let res = svc.oneshot(req).await?;
+//! assert_eq!(res.provenance.attempts, 2);
+//! assert_eq!(calls.load(Ordering::SeqCst), 2);
+//! # Ok(())
+//! # }
+//! ```
+
+mod backoff;
+mod budget;
+mod config;
+mod future;
+mod layer;
+mod service;
+mod stats;
+
+pub use backoff::{Backoff, BackoffStrategy, Jitter};
+pub use budget::RetryBudget;
+pub use config::{BudgetConfig, RetryConfig};
+pub use future::ResponseFuture;
+pub use layer::RetryLayer;
+pub use service::Retry;
+pub use stats::RetryStats;

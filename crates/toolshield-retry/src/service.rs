@@ -1,0 +1,101 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use toolshield_core::{CallKind, Classify, ShieldRequest, ShieldResponse, ToolError};
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::layer::Shared;
+use crate::{RetryBudget, RetryStats};
+
+/// Retries calls of the inner service; built by [`RetryLayer`](crate::RetryLayer).
+///
+/// Each call moves the ready inner service into its future and leaves a clone in its
+/// place (tower's retry discipline); every retry polls that service ready again before
+/// calling it.
+pub struct Retry<S, P> {
+    inner: S,
+    shared: Arc<Shared<P>>,
+}
+
+impl<S, P> Retry<S, P> {
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<P>>) -> Self {
+        Retry { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The counters shared with the layer that built this service.
+    pub fn stats(&self) -> RetryStats {
+        self.shared.stats.clone()
+    }
+
+    /// The retry budget, if one is set.
+    pub fn budget(&self) -> Option<&Arc<RetryBudget>> {
+        self.shared.budget.as_ref()
+    }
+}
+
+impl<S: Clone, P> Clone for Retry<S, P> {
+    fn clone(&self) -> Self {
+        Retry {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, P> fmt::Debug for Retry<S, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retry")
+            .field("inner", &self.inner)
+            .field("max_attempts", &self.shared.max_attempts)
+            .field("budget", &self.shared.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, P, Req, Res> Service<Req> for Retry<S, P>
+where
+    S: Service<Req, Response = Res> + Clone,
+    S::Error: Into<ToolError>,
+    Req: ShieldRequest + Clone,
+    Res: ShieldResponse,
+    P: Classify<Res>,
+{
+    type Response = Res;
+    type Error = ToolError;
+    type Future = ResponseFuture<S, Req, P>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        // A mutating call without an idempotency key is never repeated: keep no copy.
+        let may_retry = self.shared.max_attempts > 1
+            && !(req.call_kind() == CallKind::Mutating && req.get_idempotency_key().is_none());
+        let retry_req = may_retry.then(|| req.clone());
+        if let Some(budget) = &self.shared.budget {
+            budget.deposit();
+        }
+        let clone = self.inner.clone();
+        let mut service = std::mem::replace(&mut self.inner, clone);
+        let future = service.call(req);
+        ResponseFuture::new(future, service, retry_req, Arc::clone(&self.shared))
+    }
+}

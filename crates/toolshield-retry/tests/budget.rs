@@ -1,0 +1,158 @@
+//! The retry budget: the fraction holds under sustained failure, the floor refills with
+//! time, and every clone of the layer shares one bucket.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{read_request, Script};
+use toolshield_core::ErrorKind;
+use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryBudget, RetryConfig, RetryLayer};
+use tower::{Layer, ServiceExt};
+
+/// Every call fails and wants one retry: the budget alone decides.
+fn layer(budget: BudgetConfig) -> RetryLayer {
+    RetryLayer::from_config(RetryConfig {
+        max_attempts: 2,
+        backoff: BackoffStrategy::none(),
+        budget,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fraction_holds_under_sustained_failure() {
+    // 1000 failing calls over 10 s, through clones of one service.
+    let layer = layer(BudgetConfig::default());
+    let stats = layer.stats();
+    let tool = Script::always(ErrorKind::UpstreamUnavailable);
+    let svc = layer.layer(tool.service());
+    for _ in 0..1000 {
+        let _ = svc.clone().oneshot(read_request()).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let retries = stats.retries();
+    // 20 % of 1000 calls + 10/s over 10 s + the initial second of floor.
+    let ceiling = 200 + 100 + 10;
+    assert!(retries <= ceiling, "{retries} retries > {ceiling}");
+    assert!(
+        retries >= 280,
+        "the budget must still allow its share: {retries}"
+    );
+    assert_eq!(
+        stats.budget_refusals(),
+        1000 - retries,
+        "every refusal is counted"
+    );
+    assert_eq!(tool.calls() as u64, 1000 + retries);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fractional_ratio_never_rounds_up() {
+    // 12.5 % and no floor: at most 125 retries for 1000 calls (a per-mille rounding bug
+    // would allow one retry per call).
+    let layer = layer(BudgetConfig {
+        ratio: 0.125,
+        min_per_sec: 0,
+        ..Default::default()
+    });
+    let tool = Script::always(ErrorKind::Timeout);
+    let svc = layer.layer(tool.service());
+    for _ in 0..1000 {
+        let _ = svc.clone().oneshot(read_request()).await;
+    }
+    let retries = layer.stats().retries();
+    assert!((120..=125).contains(&retries), "{retries}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_is_shared_by_every_service_the_layer_builds() {
+    let layer = layer(BudgetConfig {
+        ratio: 0.0,
+        min_per_sec: 1,
+        burst: 1,
+        ..Default::default()
+    });
+    let a = Script::always(ErrorKind::Timeout);
+    let b = Script::always(ErrorKind::Timeout);
+    let _ = layer.layer(a.service()).oneshot(read_request()).await;
+    let _ = layer.layer(b.service()).oneshot(read_request()).await;
+    assert_eq!(a.calls(), 2, "the one token went to the first service");
+    assert_eq!(
+        b.calls(),
+        1,
+        "the second service found the shared bucket empty"
+    );
+    assert_eq!(layer.stats().budget_refusals(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_floor_refills_with_time_up_to_the_burst() {
+    let budget = RetryBudget::new(0.0, 10, 20);
+    assert_eq!(budget.available(), 10, "starts with one second of floor");
+    for _ in 0..10 {
+        assert!(budget.try_withdraw());
+    }
+    assert!(!budget.try_withdraw());
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(budget.available(), 5);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert_eq!(budget.available(), 20, "capped at the burst");
+}
+
+#[tokio::test(start_paused = true)]
+async fn deposits_are_capped_by_the_burst() {
+    let budget = RetryBudget::new(0.5, 0, 3);
+    for _ in 0..1000 {
+        budget.deposit();
+    }
+    assert_eq!(budget.available(), 3);
+    assert!(budget.try_withdraw() && budget.try_withdraw() && budget.try_withdraw());
+    assert!(!budget.try_withdraw());
+    budget.deposit();
+    assert!(!budget.try_withdraw(), "half a token is not a retry");
+    budget.deposit();
+    assert!(budget.try_withdraw());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_can_be_shared_across_layers_or_disabled() {
+    let shared = Arc::new(RetryBudget::new(0.0, 1, 1));
+    let l1 = layer(BudgetConfig::default()).with_budget(Arc::clone(&shared));
+    let l2 = layer(BudgetConfig::default()).with_budget(Arc::clone(&shared));
+    let a = Script::always(ErrorKind::Timeout);
+    let b = Script::always(ErrorKind::Timeout);
+    let _ = l1.layer(a.service()).oneshot(read_request()).await;
+    let _ = l2.layer(b.service()).oneshot(read_request()).await;
+    assert_eq!((a.calls(), b.calls()), (2, 1));
+
+    let unlimited = layer(BudgetConfig {
+        enabled: false,
+        ..Default::default()
+    });
+    assert!(unlimited.budget().is_none());
+    let c = Script::always(ErrorKind::Timeout);
+    let svc = unlimited.layer(c.service());
+    for _ in 0..100 {
+        let _ = svc.clone().oneshot(read_request()).await;
+    }
+    assert_eq!(c.calls(), 200, "without a budget every call is retried");
+}
+
+#[test]
+fn budget_concurrent_withdrawals_never_overspend() {
+    let budget = Arc::new(RetryBudget::new(1.0, 0, 1000));
+    for _ in 0..500 {
+        budget.deposit();
+    }
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let b = Arc::clone(&budget);
+            std::thread::spawn(move || (0..1000).filter(|_| b.try_withdraw()).count())
+        })
+        .collect();
+    let granted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(granted, 500);
+}
