@@ -1,0 +1,143 @@
+//! The `toolshield` CLI end to end against a running server: status table, JSON, force
+//! open, reset, and clear errors with a non-zero exit code.
+
+mod support;
+
+use serde_json::json;
+use toolshield::cli::{run_with, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE};
+use toolshield_axum::ShieldRouter;
+use toolshield_breaker::{BreakerRegistry, CircuitState};
+
+use support::serve;
+
+const TOKEN: &str = "cli-token";
+
+async fn cli(args: &[&str]) -> (i32, String, String) {
+    let mut argv = vec!["toolshield".to_owned()];
+    argv.extend(args.iter().map(|s| (*s).to_owned()));
+    tokio::task::spawn_blocking(move || {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run_with(argv, &mut out, &mut err);
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_open_reset_and_errors() {
+    let registry = BreakerRegistry::default();
+    registry.reset("weather");
+    registry.reset("search");
+    let addr = serve(
+        ShieldRouter::new()
+            .breakers(registry.clone())
+            .admin_token(TOKEN)
+            .build(),
+    )
+    .await;
+    let url = format!("http://{addr}");
+
+    // Status table.
+    let (code, out, err) = cli(&["breakers", "status", "--url", &url, "--token", TOKEN]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("KEY") && lines[0].contains("STATE"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("search") && lines[1].contains("closed"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("weather") && lines[2].contains("closed"),
+        "{out}"
+    );
+
+    // Force open.
+    let (code, out, err) = cli(&[
+        "breakers", "open", "weather", "--url", &url, "--token", TOKEN,
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("open: weather") && out.contains("forced_open"),
+        "{out}"
+    );
+    assert_eq!(registry.state("weather"), CircuitState::ForcedOpen);
+
+    // JSON status of one key.
+    let (code, out, _) = cli(&[
+        "--json", "breakers", "status", "weather", "--url", &url, "--token", TOKEN,
+    ])
+    .await;
+    assert_eq!(code, 0);
+    let body: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(body["key"], "weather");
+    assert_eq!(body["state"], "forced_open");
+
+    // Reset all.
+    let (code, out, _) = cli(&[
+        "breakers", "reset", "all", "--url", &url, "--token", TOKEN, "--json",
+    ])
+    .await;
+    assert_eq!(code, 0);
+    let body: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(body["action"], "reset");
+    assert_eq!(body["key"], "all");
+    assert_eq!(registry.state("weather"), CircuitState::Closed);
+    let states: Vec<&str> = body["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["closed", "closed"]);
+    let _ = json!(null);
+
+    // Wrong token: exit 1, says why.
+    let (code, out, err) = cli(&["breakers", "status", "--url", &url, "--token", "nope"]).await;
+    assert_eq!(code, EXIT_FAILED);
+    assert!(out.is_empty());
+    assert!(err.contains("unauthorized"), "{err}");
+
+    // Unknown key: exit 1 with the server's message.
+    let (code, _, err) = cli(&[
+        "breakers", "status", "ghost", "--url", &url, "--token", TOKEN,
+    ])
+    .await;
+    assert_eq!(code, EXIT_FAILED);
+    assert!(err.contains("404") && err.contains("no breaker"), "{err}");
+
+    // Nothing listens there: exit 3, says where.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let (code, _, err) = cli(&[
+        "breakers",
+        "status",
+        "--url",
+        &format!("http://{dead}"),
+        "--token",
+        TOKEN,
+    ])
+    .await;
+    assert_eq!(code, EXIT_UNREACHABLE);
+    assert!(
+        err.contains("cannot reach the admin API") && err.contains(&dead.to_string()),
+        "{err}"
+    );
+
+    // Usage errors: exit 2.
+    let (code, _, err) = cli(&["breakers", "open", "--url", &url, "--token", TOKEN]).await;
+    assert_eq!(code, EXIT_USAGE, "{err}");
+    let (code, _, err) = cli(&["breakers", "status", "--url", "ftp://x", "--token", TOKEN]).await;
+    assert_eq!(code, EXIT_USAGE);
+    assert!(err.contains("invalid --url"), "{err}");
+}

@@ -1,0 +1,83 @@
+//! Metrics and tracing for tool calls.
+//!
+//! - [`MetricsLayer`] records, once per logical call, `tool_execution_total{tool,status}`,
+//!   `tool_duration_seconds{tool,status}` (histogram), `tool_errors_total{tool,code}`,
+//!   `tool_slow_calls_total{tool}`, `tool_cache_hits_total{tool}`,
+//!   `tool_cache_misses_total{tool}` and `idempotency_cache_hits_total{tool}` (read from
+//!   the response's provenance), and opens one `tool_execution` span (tool, trace_id,
+//!   run_id, attempts, outcome, cache_hit, error_code).
+//! - Its [`attempt_layer`](MetricsLayer::attempt_layer), placed inside retry, records
+//!   `tool_attempts_total{tool,outcome}` and `tool_retries_total{tool,code}` (the code of
+//!   the failure that caused the retry) and opens a child `tool_attempt` span per attempt.
+//! - [`BreakerMetrics`] exports `circuit_breaker_state{key,state}`,
+//!   `circuit_breaker_transitions_total{key,from,to}` and
+//!   `circuit_breaker_rejections_total{key}` from a breaker registry at scrape time.
+//! - [`install_prometheus`] installs a Prometheus recorder and returns a
+//!   [`PrometheusExporter`] to render; [`local_prometheus`] builds one that is not global.
+//!
+//! `status` and `outcome` take the five values of the `ToolResult` envelope (`success`,
+//! `error`, `timeout`, `circuit_open`, `cancelled`), `code` the canonical error codes. The
+//! `tool` label is bounded: names outside the registered set are reported as `other`.
+//! Handles are registered once per label set and cached, so recording a call allocates no
+//! label string. Payloads and outputs never reach a span or a log line.
+//!
+//! The layers are generic over [`ShieldRequest`](toolshield_core::ShieldRequest) and
+//! [`ShieldResponse`](toolshield_core::ShieldResponse): they work for HTTP requests too.
+//!
+//! In the default stack:
+//!
+//! ```text
+//! METRICS > provenance > cancel > deadline > validate > cache > idempotency > fallback
+//!         > retry > ATTEMPT METRICS > breaker > attempt timeout > tool
+//! ```
+//!
+//! Spans are plain `tracing` spans: to export them with OpenTelemetry, add a
+//! `tracing-opentelemetry` layer to your subscriber; this crate needs no feature for it.
+//!
+//! # Example
+//!
+//! ```
+//! use serde_json::json;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+//! use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let exporter = local_prometheus(); // or `install_prometheus()?` for the global recorder
+//! let metrics = MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target())?;
+//! let tool = service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!({"temp": 21}))) });
+//! let svc = ServiceBuilder::new().layer(metrics).service(tool);
+//!
+//! svc.clone().oneshot(ToolRequest::new("weather", json!({"city": "Paris"}))).await?;
+//! svc.oneshot(ToolRequest::new("unlisted", json!({}))).await?;
+//!
+//! let text = exporter.render();
+//! assert!(text.contains(r#"tool_execution_total{tool="weather",status="success"} 1"#));
+//! assert!(text.contains(r#"tool_execution_total{tool="other",status="success"} 1"#));
+//! # Ok(())
+//! # }
+//! ```
+
+mod breaker;
+mod future;
+mod handles;
+mod layer;
+pub mod names;
+mod prometheus;
+mod service;
+mod target;
+
+pub use breaker::BreakerMetrics;
+pub use future::{AttemptFuture, ResponseFuture};
+pub use layer::{AttemptMetricsLayer, MetricsConfig, MetricsLayer, MAX_TOOLS};
+pub use names::Status;
+pub use prometheus::{
+    install_prometheus, local_prometheus, Collect, PrometheusExporter, DURATION_BUCKETS,
+    PROMETHEUS_CONTENT_TYPE,
+};
+pub use service::{AttemptMetrics, Metrics};
+pub use target::MetricsTarget;
+
+/// The `metrics-exporter-prometheus` crate, for its builder and handle types.
+pub use metrics_exporter_prometheus;

@@ -1,0 +1,137 @@
+//! [`ResponseFuture`]: stamps the result when the inner future finishes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use chrono::Utc;
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+use toolshield_core::{payload_digest, ErrorKind, ToolError, ToolResponse};
+use uuid::Uuid;
+
+use crate::layer::Settings;
+
+pin_project! {
+    /// The future of [`ProvenanceService`](crate::ProvenanceService).
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        start: Instant,
+        tool: Arc<str>,
+        trace_id: Option<Arc<str>>,
+        execution_id: Uuid,
+        settings: Arc<Settings>,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn new(
+        inner: F,
+        start: Instant,
+        tool: Arc<str>,
+        trace_id: Option<Arc<str>>,
+        execution_id: Uuid,
+        settings: Arc<Settings>,
+    ) -> Self {
+        ResponseFuture {
+            inner,
+            start,
+            tool,
+            trace_id,
+            execution_id,
+            settings,
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl<F, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<ToolResponse, E>>,
+    E: Into<ToolError>,
+{
+    type Output = Result<ToolResponse, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = ready!(this.inner.poll(cx));
+        let elapsed = this.start.elapsed();
+        Poll::Ready(match result {
+            Ok(mut resp) => {
+                stamp(
+                    &mut resp,
+                    this.tool,
+                    this.trace_id,
+                    *this.execution_id,
+                    this.settings,
+                );
+                resp.provenance.duration_ms = Some(millis(elapsed));
+                Ok(resp)
+            }
+            Err(e) => {
+                let e: ToolError = e.into();
+                let attempts = match (e.attempts(), e.kind()) {
+                    (0, ErrorKind::Cancelled) => 0,
+                    (0, _) => 1,
+                    (n, _) => n,
+                };
+                Err(e.with_attempts(attempts).with_elapsed(elapsed))
+            }
+        })
+    }
+}
+
+/// Fills in what the tool and the layers inside left blank. A cache hit or a replay keeps
+/// its original `fetched_at`, source and execution id.
+fn stamp(
+    resp: &mut ToolResponse,
+    tool: &Arc<str>,
+    trace_id: &Option<Arc<str>>,
+    execution_id: Uuid,
+    settings: &Settings,
+) {
+    let digest = if settings.digest && resp.provenance.response_digest.is_none() {
+        match payload_digest(&resp.output) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::debug!(target: "toolshield::provenance", code = e.code(), "output has no canonical form: no digest");
+                None
+            }
+        }
+    } else {
+        resp.provenance.response_digest
+    };
+    let p = &mut resp.provenance;
+    if p.tool.is_none() {
+        p.tool = Some(Arc::clone(tool));
+    }
+    if p.source.is_none() {
+        p.source = Some(Arc::clone(settings.source_for(tool).unwrap_or(tool)));
+    }
+    if p.fetched_at.is_none() {
+        p.fetched_at = Some(Utc::now());
+    }
+    if p.attempts == 0 {
+        p.attempts = 1;
+    }
+    if p.execution_id.is_none() {
+        p.execution_id = Some(execution_id);
+    }
+    if p.trace_id.is_none() {
+        p.trace_id.clone_from(trace_id);
+    }
+    p.response_digest = digest;
+}

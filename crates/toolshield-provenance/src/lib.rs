@@ -1,0 +1,64 @@
+//! Provenance for tool calls: every successful response says where its data came from.
+//!
+//! [`ProvenanceLayer`] fills in the [`Provenance`](toolshield_core::Provenance) of every
+//! response, keeping what the tool or an inner layer already wrote:
+//!
+//! | field | value |
+//! |---|---|
+//! | `source` | what the tool set, else the configured source, else the tool name |
+//! | `tool` | the tool called |
+//! | `fetched_at` | when the data was fetched: a cache hit or an idempotent replay keeps the original time |
+//! | `cache_hit`, `replayed`, `stale`, `slow` | as set by the cache, idempotency and timeout layers |
+//! | `attempts` | as counted by the retry layer (1 without one) |
+//! | `execution_id` | the attempt that produced the data when an inner layer recorded it, else the call's |
+//! | `trace_id` | the request's trace id |
+//! | `duration_ms` | the duration of this logical call, cache hits included |
+//! | `response_digest` | SHA-256 of the RFC 8785 canonical output ([`payload_digest`](toolshield_core::payload_digest)) |
+//!
+//! Errors get the attempts made and the elapsed time
+//! ([`ToolError::with_attempts`](toolshield_core::ToolError::with_attempts),
+//! [`with_elapsed`](toolshield_core::ToolError::with_elapsed)), so the
+//! [`ToolResult`](toolshield_core::ToolResult) envelope shows them.
+//!
+//! In the default stack the layer sits right inside metrics and outside everything else,
+//! so the duration covers the whole call and a cache hit is stamped like a fresh result:
+//!
+//! ```text
+//! metrics > PROVENANCE > cancel > deadline > validate > cache > idempotency > fallback
+//!         > retry > breaker > attempt timeout > tool
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use serde_json::json;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use toolshield_core::{payload_digest, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_provenance::ProvenanceLayer;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ToolError> {
+//! let tool = service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!({"temp": 21}))) });
+//! let svc = ServiceBuilder::new()
+//!     .layer(ProvenanceLayer::new().source_for("weather", "open-meteo.com"))
+//!     .service(tool);
+//! let res = svc.oneshot(ToolRequest::new("weather", json!({"city": "Paris"})).trace_id("t-1")).await?;
+//! let p = &res.provenance;
+//! assert_eq!(p.source.as_deref(), Some("open-meteo.com"));
+//! assert_eq!(p.trace_id.as_deref(), Some("t-1"));
+//! assert_eq!(p.attempts, 1);
+//! assert!(p.fetched_at.is_some() && !p.cache_hit);
+//! assert_eq!(p.response_digest, Some(payload_digest(&json!({"temp": 21}))?));
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod future;
+mod layer;
+mod service;
+
+pub use config::ProvenanceConfig;
+pub use future::ResponseFuture;
+pub use layer::ProvenanceLayer;
+pub use service::ProvenanceService;

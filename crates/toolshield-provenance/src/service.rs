@@ -1,0 +1,69 @@
+//! [`ProvenanceService`]: wraps the inner service.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::time::Instant;
+use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::layer::Settings;
+
+/// Stamps provenance on the responses of the inner service; built by
+/// [`ProvenanceLayer`](crate::ProvenanceLayer).
+#[derive(Debug, Clone)]
+pub struct ProvenanceService<S> {
+    inner: S,
+    settings: Arc<Settings>,
+}
+
+impl<S> ProvenanceService<S> {
+    pub(crate) fn new(inner: S, settings: Arc<Settings>) -> Self {
+        ProvenanceService { inner, settings }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<ToolRequest> for ProvenanceService<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<ToolError>,
+{
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        let start = Instant::now();
+        let tool = Arc::clone(req.tool_arc());
+        let trace_id = req.meta().trace_id.clone();
+        let execution_id = req.execution_id();
+        ResponseFuture::new(
+            self.inner.call(req),
+            start,
+            tool,
+            trace_id,
+            execution_id,
+            Arc::clone(&self.settings),
+        )
+    }
+}

@@ -1,0 +1,326 @@
+//! The `toolshield` command line: breaker status and manual control through the admin
+//! API of `toolshield-axum`.
+//!
+//! ```text
+//! toolshield [--url URL] [--token TOKEN] [--json] breakers status [KEY]
+//! toolshield [--url URL] [--token TOKEN] [--json] breakers open|close|metrics-only|reset KEY|all
+//! ```
+//!
+//! `--url` defaults to `$TOOLSHIELD_URL`, else `http://127.0.0.1:8080`; `--token` to
+//! `$TOOLSHIELD_ADMIN_TOKEN`. The output is a table, or the server's JSON with `--json`.
+//! Exit codes: 0 success, 1 the server refused or failed (401, 404, 5xx), 2 usage error,
+//! 3 the server could not be reached.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+/// Exit code: the server answered with an error.
+pub const EXIT_FAILED: i32 = 1;
+/// Exit code: the command line was wrong.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code: the admin API could not be reached.
+pub const EXIT_UNREACHABLE: i32 = 3;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolshield",
+    version,
+    about = "Operate toolshield circuit breakers through the admin API"
+)]
+struct Cli {
+    /// Base URL of the service exposing /admin/breakers.
+    #[arg(
+        long,
+        env = "TOOLSHIELD_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    url: String,
+    /// Bearer token of the admin API.
+    #[arg(
+        long,
+        env = "TOOLSHIELD_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    token: Option<String>,
+    /// Print the server's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Request timeout in seconds.
+    #[arg(long, default_value_t = 10, global = true)]
+    timeout: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Circuit breakers.
+    #[command(subcommand)]
+    Breakers(Breakers),
+}
+
+#[derive(Debug, Subcommand)]
+enum Breakers {
+    /// Shows every breaker, or one.
+    Status {
+        /// A breaker key (the tool name by default).
+        key: Option<String>,
+    },
+    /// Forces a breaker open (`all` for every breaker): calls fail fast with CIRCUIT_OPEN.
+    Open {
+        /// A breaker key, or `all`.
+        key: String,
+    },
+    /// Forces a breaker closed (disabled): calls pass, it never trips.
+    Close {
+        /// A breaker key, or `all`.
+        key: String,
+    },
+    /// Shadow mode: the breaker records and reports, never rejects.
+    MetricsOnly {
+        /// A breaker key, or `all`.
+        key: String,
+    },
+    /// Back to a fresh closed breaker, override lifted.
+    Reset {
+        /// A breaker key, or `all`.
+        key: String,
+    },
+}
+
+/// Runs the command line with `args` (the program name first), writing to stdout and
+/// stderr; returns the exit code.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    run_with(args, &mut stdout.lock(), &mut stderr.lock())
+}
+
+/// [`run`], writing to `out` and `err`.
+pub fn run_with<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let text = e.render().to_string();
+            let _ = if e.use_stderr() {
+                err.write_all(text.as_bytes())
+            } else {
+                out.write_all(text.as_bytes())
+            };
+            return code;
+        }
+    };
+    match execute(&cli) {
+        Ok(body) => {
+            let printed = if cli.json {
+                serde_json::to_string_pretty(&body)
+                    .map(|s| writeln!(out, "{s}"))
+                    .is_ok()
+            } else {
+                write_table(out, &body).is_ok()
+            };
+            if printed {
+                0
+            } else {
+                EXIT_FAILED
+            }
+        }
+        Err((code, message)) => {
+            let _ = writeln!(err, "error: {message}");
+            code
+        }
+    }
+}
+
+type Failure = (i32, String);
+
+fn execute(cli: &Cli) -> Result<Value, Failure> {
+    let base = cli.url.trim_end_matches('/');
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err((
+            EXIT_USAGE,
+            format!("invalid --url `{}`: expected http://host:port", cli.url),
+        ));
+    }
+    let Some(token) = cli.token.as_deref().filter(|t| !t.is_empty()) else {
+        return Err((
+            EXIT_USAGE,
+            "no admin token: pass --token or set TOOLSHIELD_ADMIN_TOKEN".to_owned(),
+        ));
+    };
+    let (method_post, path) = match &cli.command {
+        Command::Breakers(Breakers::Status { key: None }) => (false, "/admin/breakers".to_owned()),
+        Command::Breakers(Breakers::Status { key: Some(k) }) => {
+            (false, format!("/admin/breakers/{}", encode(k)))
+        }
+        Command::Breakers(Breakers::Open { key }) => {
+            (true, format!("/admin/breakers/{}/open", encode(key)))
+        }
+        Command::Breakers(Breakers::Close { key }) => {
+            (true, format!("/admin/breakers/{}/close", encode(key)))
+        }
+        Command::Breakers(Breakers::MetricsOnly { key }) => (
+            true,
+            format!("/admin/breakers/{}/metrics-only", encode(key)),
+        ),
+        Command::Breakers(Breakers::Reset { key }) => {
+            (true, format!("/admin/breakers/{}/reset", encode(key)))
+        }
+    };
+    let url = format!("{base}{path}");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(cli.timeout.max(1))))
+        .build()
+        .into();
+    let auth = format!("Bearer {token}");
+    let sent = if method_post {
+        agent.post(&url).header("authorization", &auth).send_empty()
+    } else {
+        agent.get(&url).header("authorization", &auth).call()
+    };
+    let mut resp = sent.map_err(|e| {
+        (
+            EXIT_UNREACHABLE,
+            format!("cannot reach the admin API at {base}: {e}"),
+        )
+    })?;
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    let body: Option<Value> = serde_json::from_str(&text).ok();
+    if status == 401 {
+        return Err((
+            EXIT_FAILED,
+            "unauthorized: the admin token was refused (check --token or TOOLSHIELD_ADMIN_TOKEN)"
+                .to_owned(),
+        ));
+    }
+    if !(200..300).contains(&status) {
+        let detail = body
+            .as_ref()
+            .and_then(|b| b.get("error"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                if status == 404 {
+                    "not found (is the admin API mounted? it needs a token on the server)"
+                        .to_owned()
+                } else {
+                    format!(
+                        "unexpected answer: {}",
+                        text.chars().take(200).collect::<String>()
+                    )
+                }
+            });
+        return Err((EXIT_FAILED, format!("{url} answered {status}: {detail}")));
+    }
+    body.ok_or_else(|| (EXIT_FAILED, format!("{url} answered {status} without JSON")))
+}
+
+/// Percent-encodes a breaker key for a path segment.
+fn encode(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn cell(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "-".to_owned(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(f) if n.is_f64() => format!("{f:.1}"),
+            _ => n.to_string(),
+        },
+        Some(other) => other.to_string(),
+    }
+}
+
+/// The breakers of a response: `{"breakers":[...]}` or a single status.
+fn breakers(body: &Value) -> Vec<&Value> {
+    match body.get("breakers").and_then(Value::as_array) {
+        Some(list) => list.iter().collect(),
+        None if body.get("key").is_some() && body.get("state").is_some() => vec![body],
+        None => Vec::new(),
+    }
+}
+
+fn write_table(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
+    if let (Some(action), Some(key)) = (
+        body.get("action").and_then(Value::as_str),
+        body.get("key").and_then(Value::as_str),
+    ) {
+        writeln!(out, "{action}: {key}")?;
+    }
+    let rows = breakers(body);
+    if rows.is_empty() {
+        return writeln!(out, "no breakers");
+    }
+    const HEAD: [&str; 7] = [
+        "KEY",
+        "STATE",
+        "FAILURE_RATE%",
+        "CALLS",
+        "CONSECUTIVE",
+        "REJECTED",
+        "HALF_OPEN_IN",
+    ];
+    const FIELDS: [&str; 7] = [
+        "key",
+        "state",
+        "failure_rate",
+        "calls_in_window",
+        "consecutive_failures",
+        "rejections",
+        "time_until_half_open",
+    ];
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|b| FIELDS.iter().map(|f| cell(b.get(*f))).collect())
+        .collect();
+    let widths: Vec<usize> = (0..HEAD.len())
+        .map(|i| {
+            table
+                .iter()
+                .map(|r| r[i].len())
+                .chain([HEAD[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[&str]| -> String {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        parts.join("  ").trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(&HEAD))?;
+    for r in &table {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        writeln!(out, "{}", line(&cells))?;
+    }
+    Ok(())
+}
