@@ -71,6 +71,7 @@ mod key;
 mod layer;
 mod registry;
 mod service;
+mod shared;
 mod state;
 
 pub use config::{BreakerConfig, WindowConfig};
@@ -80,4 +81,5 @@ pub use key::{key_fn, FnKey, KeyFn, ToolKey};
 pub use layer::BreakerLayer;
 pub use registry::BreakerRegistry;
 pub use service::{Breaker, HalfOpenProbe};
+pub use shared::SharedOpenState;
 pub use state::BreakerStatus;

@@ -324,6 +324,14 @@ impl BreakerRegistry {
         self.all().iter().for_each(|s| s.set_mode(Override::Reset));
     }
 
+    /// Makes closed breakers also reject keys that `shared` reports open elsewhere (see
+    /// [`SharedOpenState`](crate::SharedOpenState); `toolshield-redis` shares open-state
+    /// between processes). Set once: `false` if the registry already had one. Without it
+    /// (the default) breakers only see their own process.
+    pub fn share_open_state(&self, shared: Arc<dyn crate::shared::SharedOpenState>) -> bool {
+        self.inner.core.shared.set(shared).is_ok()
+    }
+
     /// A receiver of every transition and override from now on (a `tokio` broadcast
     /// channel of 1024 events; a slow receiver sees `Lagged`).
     pub fn subscribe(&self) -> broadcast::Receiver<BreakerEvent> {

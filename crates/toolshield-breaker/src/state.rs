@@ -74,6 +74,8 @@ fn effective(mode: u8, state: u8) -> CircuitState {
 pub(crate) struct Core {
     pub(crate) config: BreakerConfig,
     pub(crate) events: EventHub,
+    /// Open-state shared by other processes; asked only by a closed breaker admitting a call.
+    pub(crate) shared: std::sync::OnceLock<Arc<dyn crate::shared::SharedOpenState>>,
     base: Instant,
     base_wall: DateTime<Utc>,
     slow_rate: Option<f64>,
@@ -85,6 +87,7 @@ impl Core {
             slow_rate: config.slow_call_rate,
             config,
             events,
+            shared: std::sync::OnceLock::new(),
             base: Instant::now(),
             base_wall: Utc::now(),
         }
@@ -422,10 +425,18 @@ impl BreakerState {
             }
             match state {
                 ST_CLOSED => {
+                    if mode == M_NORMAL {
+                        if let Some(wait) =
+                            self.core.shared.get().and_then(|s| s.open_for(&self.key))
+                        {
+                            self.rejections.fetch_add(1, Ordering::Relaxed);
+                            return Err(Some(wait));
+                        }
+                    }
                     return Ok(Ticket {
                         epoch,
                         kind: TicketKind::Closed,
-                    })
+                    });
                 }
                 ST_OPEN => {
                     let now = self.core.now_nanos();

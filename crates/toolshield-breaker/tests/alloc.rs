@@ -67,11 +67,19 @@ fn the_closed_path_does_not_allocate() {
         run(&mut svc, &b);
     }
 
-    let region = Region::new(GLOBAL);
-    for _ in 0..10_000 {
-        assert!(run(&mut svc, &a));
-    }
-    let cached = region.change();
+    // The counter is process-wide: another thread (the test harness printing as the test
+    // starts) can add a few allocations to one run, while an allocation per call adds one
+    // per call to every run. So the cached-key case takes the least of three runs.
+    let cached = (0..3)
+        .map(|_| {
+            let region = Region::new(GLOBAL);
+            for _ in 0..10_000 {
+                assert!(run(&mut svc, &a));
+            }
+            region.change()
+        })
+        .min_by_key(|s| s.allocations)
+        .expect("three runs");
 
     let region = Region::new(GLOBAL);
     for _ in 0..1_000 {

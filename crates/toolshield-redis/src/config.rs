@@ -1,0 +1,112 @@
+//! [`RedisConfig`]: where Redis is and how long a store operation may take.
+
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+use serde::{Deserialize, Serialize};
+use toolshield_core::config::{duration, ConfigError, Problems};
+
+/// Configuration of a Redis connection shared by the stores.
+///
+/// ```
+/// use std::time::Duration;
+/// use toolshield_redis::RedisConfig;
+///
+/// let cfg: RedisConfig = serde_json::from_str(
+///     r#"{"url": "redis://10.0.0.5:6379/2", "op_timeout": "100ms", "key_prefix": "prod:"}"#,
+/// ).unwrap();
+/// assert_eq!(cfg.op_timeout, Duration::from_millis(100));
+/// cfg.validate().unwrap();
+/// assert!(RedisConfig { url: "http://x".into(), ..RedisConfig::default() }.validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]` (or `rediss://` when the `redis` crate is
+    /// built with TLS, or `redis+unix:///path`).
+    pub url: String,
+    /// The longest one store operation (one round trip) may take; past it the operation
+    /// fails with a store error, which the layers turn into `STORE_UNAVAILABLE`
+    /// (idempotency fail-closed), a run without dedupe (fail-open) or a cache miss.
+    #[serde(with = "duration")]
+    pub op_timeout: Duration,
+    /// The longest one connection attempt may take.
+    #[serde(with = "duration")]
+    pub connect_timeout: Duration,
+    /// The longest the `PING` of [`health`](crate::RedisConnection::health) may take.
+    #[serde(with = "duration")]
+    pub health_timeout: Duration,
+    /// Prepended to every key (`prod:idemp:{pay}:k1`), so several deployments can share
+    /// one Redis. It must not contain `{` or `}` (the hash tag must stay the tool's).
+    pub key_prefix: String,
+    /// The longest wait between two reconnection attempts after Redis went away.
+    #[serde(with = "duration")]
+    pub reconnect_max_delay: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".to_owned(),
+            op_timeout: Duration::from_millis(250),
+            connect_timeout: Duration::from_secs(1),
+            health_timeout: Duration::from_millis(200),
+            key_prefix: String::new(),
+            reconnect_max_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// The default configuration pointed at `url`.
+    pub fn from_url(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            ..RedisConfig::default()
+        }
+    }
+
+    /// The same configuration with another per-operation timeout.
+    pub fn with_op_timeout(mut self, op_timeout: Duration) -> Self {
+        self.op_timeout = op_timeout;
+        self
+    }
+
+    /// The same configuration with another key prefix.
+    pub fn with_key_prefix(mut self, key_prefix: impl Into<String>) -> Self {
+        self.key_prefix = key_prefix.into();
+        self
+    }
+
+    /// Every problem at once: the URL must parse, timeouts must be at least 1 ms, the
+    /// prefix must not contain a brace.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Problems::new();
+        if let Err(e) = self.url.as_str().into_connection_info() {
+            p.push("url", format_args!("not a redis url: {e}"));
+        }
+        let ms = Duration::from_millis(1);
+        p.check(self.op_timeout >= ms, "op_timeout", "must be at least 1ms");
+        p.check(
+            self.connect_timeout >= ms,
+            "connect_timeout",
+            "must be at least 1ms",
+        );
+        p.check(
+            self.health_timeout >= ms,
+            "health_timeout",
+            "must be at least 1ms",
+        );
+        p.check(
+            self.reconnect_max_delay >= ms,
+            "reconnect_max_delay",
+            "must be at least 1ms",
+        );
+        p.check(
+            !self.key_prefix.contains(['{', '}']),
+            "key_prefix",
+            "must not contain `{` or `}`",
+        );
+        p.into_result()
+    }
+}

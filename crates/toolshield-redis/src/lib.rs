@@ -1,0 +1,74 @@
+//! Redis implementations of the toolshield stores: exactly-once idempotency and a shared
+//! result cache across processes, and shared circuit-breaker open-state.
+//!
+//! One process keeps everything in memory. Several replicas point at one Redis (or Redis
+//! Cluster) and share:
+//!
+//! - **idempotency records** ([`RedisIdempotencyStore`]): a mutating call runs once across
+//!   every process; duplicates replay its result, wait for it, or get `IN_PROGRESS`;
+//! - **cache entries** ([`RedisCacheStore`]): a read-only result fetched by one replica is
+//!   a hit for the others;
+//! - **breaker open-state** ([`SharedBreakerState`]): when a breaker opens in one process,
+//!   the others reject the key with `CIRCUIT_OPEN` for the same open period.
+//!
+//! Every store operation is **one round trip** (a first execution costs two: claim and
+//! complete; a replay one), bounded by a per-operation timeout
+//! ([`RedisConfig::op_timeout`], 250 ms by default). A Redis that is down, slow or paused
+//! gives a store error that the layers handle as configured: the idempotency layer fails
+//! closed (`STORE_UNAVAILABLE`) or open (runs without dedupe, logged), the cache layer
+//! treats it as a miss. The connection ([`RedisConnection`]) reconnects by itself: after a
+//! Redis restart the same stack works again.
+//!
+//! Keys carry a hash tag on the tool name, so every script touches one slot on Redis
+//! Cluster:
+//!
+//! | key | value | TTL |
+//! |---|---|---|
+//! | `idemp:{tool}:key` | the idempotency record as JSON | the lease while PENDING, then the record TTL |
+//! | `cache:{tool}:digest` | `{output, provenance}` JSON | entry TTL + stale grace |
+//! | `breaker:{registry}` (hash) | per breaker key: open-until (server clock, ms) and origin | the longest open period |
+//!
+//! `docs/redis.md` describes the scripts, the waiting strategy and the failure handling.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use serde_json::json;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_idempotency::{IdempotencyConfig, IdempotencyLayer};
+//! use toolshield_redis::{RedisConfig, RedisConnection, RedisIdempotencyStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let conn = RedisConnection::connect(RedisConfig::from_url("redis://127.0.0.1:6379")).await?;
+//! let store = Arc::new(RedisIdempotencyStore::new(conn.clone()));
+//! let layer = IdempotencyLayer::with_store(IdempotencyConfig::default(), store)?;
+//! let mut svc = ServiceBuilder::new().layer(layer).service(service_fn(|_req: ToolRequest| async {
+//!     Ok::<_, ToolError>(ToolResponse::new(json!({"charge": "ch_1"})))
+//! }));
+//! let pay = ToolRequest::new("pay", json!({"amount": 42})).kind(CallKind::Mutating).idempotency_key("order-7");
+//! let first = svc.ready().await?.call(pay.clone()).await?;
+//! let again = svc.ready().await?.call(pay).await?; // any replica: one GET-like round trip
+//! assert!(again.provenance.replayed && first.output == again.output);
+//! println!("redis healthy, ping {:?}", conn.health().await?);
+//! # Ok(())
+//! # }
+//! ```
+
+mod breaker;
+mod cache;
+mod config;
+mod connection;
+mod error;
+mod idempotency;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use breaker::SharedBreakerState;
+pub use cache::RedisCacheStore;
+pub use config::RedisConfig;
+pub use connection::{ConnectError, RedisConnection};
+pub use error::Error;
+pub use idempotency::RedisIdempotencyStore;

@@ -1,0 +1,438 @@
+//! Faults against a real redis-server: killed and restarted, a paused owner whose lease
+//! was taken over, a slow (stopped) Redis that hits the store timeout.
+
+mod common;
+
+use std::future::Future;
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{call, connect, counting_tool, pay, prefix, stack};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use toolshield_core::{Digest, ErrorKind, ToolResponse};
+use toolshield_idempotency::{
+    ClaimOutcome, IdempotencyConfig, IdempotencyRecord, IdempotencyStore, OnStoreError,
+    RecordStatus, StoreFuture,
+};
+use toolshield_redis::testing::{private_persistent_redis, private_redis};
+use toolshield_redis::RedisIdempotencyStore;
+
+/// Short enough to keep the stalled-Redis test quick, long enough for a loaded CI machine.
+const OP_TIMEOUT: Duration = Duration::from_millis(400);
+
+fn config(on_store_error: OnStoreError) -> IdempotencyConfig {
+    IdempotencyConfig {
+        on_store_error,
+        lease: Duration::from_secs(2),
+        ..IdempotencyConfig::default()
+    }
+}
+
+/// Polls `f` until it returns `Some`, for at most `within`.
+async fn eventually<T, F, Fut>(within: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_runs_nothing_while_redis_is_down_and_recovers_after_restart() {
+    let Some(mut redis) = private_persistent_redis(
+        "fail_closed_runs_nothing_while_redis_is_down_and_recovers_after_restart",
+    ) else {
+        return;
+    };
+    let conn = connect(&redis.url(), &prefix(), OP_TIMEOUT).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(RedisIdempotencyStore::new(conn.clone()));
+    let (svc, handle) = stack(
+        config(OnStoreError::FailClosed),
+        store,
+        counting_tool(Arc::clone(&runs), "a", Duration::ZERO),
+    );
+
+    let before = call(&svc, pay("before-outage")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    redis.kill();
+    for i in 0..5 {
+        let started = Instant::now();
+        let err = call(&svc, pay(&format!("during-outage-{i}")))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+        assert!(
+            started.elapsed() < OP_TIMEOUT * 5,
+            "a down redis must fail fast"
+        );
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "nothing runs while the store is down"
+    );
+    assert!(handle.counts().store_errors >= 5);
+    assert!(
+        conn.health().await.is_err(),
+        "health must report the outage"
+    );
+
+    // Same port, same append-only file: the record written before the outage is back.
+    redis.restart().unwrap();
+    let after = eventually(Duration::from_secs(10), "reconnection", || {
+        let svc = svc.clone();
+        async move { call(&svc, pay("after-restart")).await.ok() }
+    })
+    .await;
+    assert!(!after.provenance.replayed);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "only the successful call after the restart ran"
+    );
+    assert!(conn.health().await.is_ok());
+
+    let replay = call(&svc, pay("before-outage")).await.unwrap();
+    assert!(
+        replay.provenance.replayed,
+        "a key completed before the outage must not run again"
+    );
+    assert_eq!(replay.output, before.output);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// Collects what the `fmt` subscriber writes.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn fail_open_runs_and_logs_while_redis_is_down_and_dedupes_again_after_restart() {
+    let Some(mut redis) = private_redis(
+        "fail_open_runs_and_logs_while_redis_is_down_and_dedupes_again_after_restart",
+    ) else {
+        return;
+    };
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let conn = connect(&redis.url(), &prefix(), OP_TIMEOUT).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(RedisIdempotencyStore::new(conn.clone()));
+    let (svc, handle) = stack(
+        config(OnStoreError::FailOpen),
+        store,
+        counting_tool(Arc::clone(&runs), "a", Duration::ZERO),
+    );
+
+    redis.kill();
+    call(&svc, pay("outage")).await.unwrap();
+    call(&svc, pay("outage")).await.unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "fail-open runs every call, without dedupe"
+    );
+    assert!(handle.counts().store_errors >= 2);
+    assert!(
+        logs.text().contains("running without dedupe"),
+        "fail-open must log: {}",
+        logs.text()
+    );
+
+    redis.restart().unwrap();
+    eventually(Duration::from_secs(10), "reconnection", || {
+        let conn = conn.clone();
+        async move { conn.health().await.ok() }
+    })
+    .await;
+    let first = call(&svc, pay("after-restart")).await.unwrap();
+    let again = call(&svc, pay("after-restart")).await.unwrap();
+    assert!(
+        !first.provenance.replayed && again.provenance.replayed,
+        "dedupe is back"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}
+
+/// A store whose `renew` hangs while "paused": a process stopped by a long GC pause or a
+/// `SIGSTOP` does not renew its lease.
+struct Paused {
+    inner: RedisIdempotencyStore,
+    running: watch::Receiver<bool>,
+}
+
+impl IdempotencyStore for Paused {
+    fn claim<'a>(
+        &'a self,
+        key: &'a str,
+        record: IdempotencyRecord,
+        lease: Duration,
+    ) -> StoreFuture<'a, ClaimOutcome> {
+        self.inner.claim(key, record, lease)
+    }
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        record: IdempotencyRecord,
+        ttl: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.complete(key, owner, record, ttl)
+    }
+    fn fail<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        record: IdempotencyRecord,
+        ttl: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.fail(key, owner, record, ttl)
+    }
+    fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
+        let mut running = self.running.clone();
+        Box::pin(async move {
+            let _ = running.wait_for(|r| *r).await;
+            self.inner.renew(key, owner, lease).await
+        }) as Pin<Box<_>>
+    }
+    fn release<'a>(&'a self, key: &'a str, owner: &'a str) -> StoreFuture<'a, bool> {
+        self.inner.release(key, owner)
+    }
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>> {
+        self.inner.get(key)
+    }
+    fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {
+        self.inner.remove(key)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
+    let Some(redis) = private_redis("an_owner_paused_past_its_lease_cannot_overwrite_the_taker")
+    else {
+        return;
+    };
+    let prefix = prefix();
+    let lease = Duration::from_millis(300);
+    let cfg = IdempotencyConfig {
+        lease,
+        ..IdempotencyConfig::default()
+    };
+
+    // Process A: its tool runs until released, and its renewals hang (paused).
+    let (resume, running) = watch::channel(false);
+    let store_a = Arc::new(Paused {
+        inner: RedisIdempotencyStore::new(connect(&redis.url(), &prefix, OP_TIMEOUT).await),
+        running,
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (go, go_rx) = watch::channel(false);
+    let runs_a = Arc::clone(&runs);
+    let tool_a = tower::service_fn(move |_req| {
+        let (runs, mut go) = (Arc::clone(&runs_a), go_rx.clone());
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let _ = go.wait_for(|g| *g).await;
+            Ok::<_, toolshield_core::ToolError>(ToolResponse::new(json!({"by": "a"})))
+        }
+    });
+    let (svc_a, _) = stack(cfg.clone(), store_a, tool_a);
+    let a = tokio::spawn(async move { call(&svc_a, pay("paused")).await });
+    // A holds the claim and its tool is running.
+    let runs_now = Arc::clone(&runs);
+    eventually(Duration::from_secs(5), "A's claim", || {
+        let n = runs_now.load(Ordering::SeqCst);
+        async move { (n == 1).then_some(()) }
+    })
+    .await;
+
+    // Process B.
+    let conn_b = connect(&redis.url(), &prefix, OP_TIMEOUT).await;
+    let store_b = Arc::new(RedisIdempotencyStore::new(conn_b.clone()));
+    let (svc_b, handle_b) = stack(
+        IdempotencyConfig {
+            on_pending: toolshield_idempotency::OnPending::FailFast,
+            ..cfg.clone()
+        },
+        store_b.clone(),
+        counting_tool(Arc::clone(&runs), "b", Duration::ZERO),
+    );
+    // While A's lease lives, B is told IN_PROGRESS; once it lapsed, B takes the key over.
+    let taken = eventually(Duration::from_secs(5), "takeover", || {
+        let svc = svc_b.clone();
+        async move {
+            match call(&svc, pay("paused")).await {
+                Ok(resp) => Some(resp),
+                Err(e) if e.kind() == ErrorKind::InProgress => None,
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(taken.output["by"], "b");
+    assert_eq!(handle_b.counts().executions, 1);
+
+    // A wakes up and finishes: its complete is fenced off.
+    let _ = resume.send(true);
+    let _ = go.send(true);
+    let a_resp = a.await.unwrap().unwrap();
+    assert_eq!(
+        a_resp.output["by"], "a",
+        "A's caller still gets A's own result"
+    );
+    let key = format!("idemp:{{pay}}:{}", "paused");
+    let rec = store_b.get(&key).await.unwrap().expect("B's record");
+    assert_eq!(rec.status, RecordStatus::Completed);
+    assert_eq!(
+        rec.result.unwrap().output["by"],
+        "b",
+        "A must not overwrite B's record"
+    );
+    let replay = call(&svc_b, pay("paused")).await.unwrap();
+    assert!(replay.provenance.replayed);
+    assert_eq!(replay.output["by"], "b");
+
+    // The same at store level: a stale owner can neither complete, renew nor release.
+    let k = "idemp:{pay}:store-level";
+    let hash = Digest::of_bytes(b"p");
+    let store_a = RedisIdempotencyStore::new(connect(&redis.url(), &prefix, OP_TIMEOUT).await);
+    assert_eq!(
+        store_a
+            .claim(k, IdempotencyRecord::pending(hash, "a", lease), lease)
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    eventually(Duration::from_secs(5), "lease expiry", || {
+        let s = store_b.clone();
+        async move {
+            match s
+                .claim(k, IdempotencyRecord::pending(hash, "b", lease), lease)
+                .await
+                .unwrap()
+            {
+                ClaimOutcome::Claimed => Some(()),
+                ClaimOutcome::Existing(_) => None,
+            }
+        }
+    })
+    .await;
+    let b_done = IdempotencyRecord::completed(
+        hash,
+        "b",
+        ToolResponse::new(json!("b")),
+        Duration::from_secs(60),
+    );
+    assert!(store_b
+        .complete(k, "b", b_done, Duration::from_secs(60))
+        .await
+        .unwrap());
+    let a_done = IdempotencyRecord::completed(
+        hash,
+        "a",
+        ToolResponse::new(json!("a")),
+        Duration::from_secs(60),
+    );
+    assert!(!store_a
+        .complete(k, "a", a_done, Duration::from_secs(60))
+        .await
+        .unwrap());
+    assert!(!store_a.renew(k, "a", lease).await.unwrap());
+    assert!(!store_a.release(k, "a").await.unwrap());
+    let rec = store_a.get(k).await.unwrap().unwrap();
+    assert_eq!(rec.owner, "b");
+    assert_eq!(rec.result.unwrap().output, json!("b"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_hits_the_store_timeout_and_is_handled_as_configured() {
+    let Some(redis) =
+        private_redis("a_stopped_redis_hits_the_store_timeout_and_is_handled_as_configured")
+    else {
+        return;
+    };
+    let conn = connect(&redis.url(), &prefix(), OP_TIMEOUT).await;
+    let store = Arc::new(RedisIdempotencyStore::new(conn.clone()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (closed, _) = stack(
+        config(OnStoreError::FailClosed),
+        store.clone(),
+        counting_tool(Arc::clone(&runs), "closed", Duration::ZERO),
+    );
+    let (open, _) = stack(
+        config(OnStoreError::FailOpen),
+        store,
+        counting_tool(Arc::clone(&runs), "open", Duration::ZERO),
+    );
+    call(&closed, pay("warm")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    redis.pause(); // SIGSTOP: the socket stays open, nothing answers
+    let started = Instant::now();
+    let err = call(&closed, pay("slow-closed")).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+    assert!(
+        took >= OP_TIMEOUT && took < OP_TIMEOUT * 4,
+        "bounded by the store timeout: {took:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "fail-closed runs nothing");
+
+    let resp = call(&open, pay("slow-open")).await.unwrap();
+    assert_eq!(resp.output["by"], "open");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "fail-open runs the tool");
+
+    let health = conn.health().await.unwrap_err();
+    assert!(health.is_timeout(), "{health}");
+
+    redis.resume();
+    eventually(Duration::from_secs(10), "recovery", || {
+        let conn = conn.clone();
+        async move { conn.health().await.ok() }
+    })
+    .await;
+    let replay = call(&closed, pay("warm")).await.unwrap();
+    assert!(
+        replay.provenance.replayed,
+        "the record from before the stall is still there"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
