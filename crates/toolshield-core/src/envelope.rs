@@ -50,7 +50,8 @@ pub struct ToolResult {
     pub error: Option<ToolResultError>,
     /// How long the call took, in milliseconds.
     pub duration_ms: u64,
-    /// Whether the data came from the cache.
+    /// Whether the data came from a store instead of a fresh execution: a cache hit or an
+    /// idempotent replay (`provenance` says which).
     pub from_cache: bool,
     /// Where the data came from; for an error, the attempts and duration when known.
     pub provenance: Option<Provenance>,
@@ -68,7 +69,9 @@ impl From<ToolResponse> for ToolResult {
         ToolResult {
             status: ToolStatus::Success,
             duration_ms: res.provenance.duration_ms.unwrap_or(0),
-            from_cache: res.provenance.cache_hit,
+            // A replayed idempotent result is served from a store too (seed 001's
+            // "duplicate sequential request returns the cached result, fromCache=true").
+            from_cache: res.provenance.cache_hit || res.provenance.replayed,
             data: Some(res.output),
             error: None,
             provenance: Some(res.provenance),

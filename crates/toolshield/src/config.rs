@@ -1,4 +1,4 @@
-//! [`ShieldConfig`]: one configuration for the whole stack, from TOML or JSON plus
+//! One configuration for the whole stack, [`ShieldConfig`]: from TOML or JSON plus
 //! `TOOLSHIELD_*` environment overrides, with defaults and per-tool sections.
 //!
 //! ```toml
@@ -293,7 +293,7 @@ fn parse_tool(
             }
         }
     }
-    let b = base.map(|(raw, parsed)| (raw, parsed));
+    let b = base;
     ToolConfig {
         kind: section("kind", own, b.map(|(r, t)| (r, &t.kind)), path, p),
         timeout: section("timeout", own, b.map(|(r, t)| (r, &t.timeout)), path, p),

@@ -42,14 +42,24 @@ pub use toolshield_cancel as cancel;
 pub use toolshield_core as core;
 pub use toolshield_timeout as timeout;
 
+/// The `toolshield` command line (feature `cli`): `toolshield breakers status|open|close|reset`.
+#[cfg(feature = "cli")]
+pub mod cli;
+
 pub use toolshield_core::{
     CallKind, Classify, DefaultClassifier, ErrorKind, Outcome, Provenance, ToolError, ToolRequest,
     ToolResponse, ToolResult,
 };
 
+pub mod config;
+pub mod shield;
+
+pub use config::{ShieldConfig, ToolConfig};
+pub use shield::{BoxTool, RouterBuilder, Shield, ToolRouter};
+
 /// The names most programs need.
 pub mod prelude {
-    pub use crate::ServiceBuilderExt;
+    pub use crate::{ServiceBuilderExt, Shield, ShieldConfig, ToolRouter};
     pub use toolshield_core::{
         CallKind, ErrorKind, Provenance, ToolError, ToolRequest, ToolResponse, ToolResult,
     };

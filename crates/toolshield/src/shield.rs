@@ -1,0 +1,514 @@
+//! The default stack from one [`ShieldConfig`], [`Shield`], around any
+//! `Service<ToolRequest>`, and a [`ToolRouter`] dispatching calls by tool name.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use toolshield_breaker::{BreakerLayer, BreakerRegistry};
+use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, CacheStore, InMemoryCacheStore};
+use toolshield_cancel::CancelLayer;
+use toolshield_core::{ConfigError, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_fallback::FallbackLayer;
+use toolshield_idempotency::{
+    IdempotencyHandle, IdempotencyLayer, IdempotencyStore, InMemoryIdempotencyStore,
+};
+use toolshield_metrics::{BreakerMetrics, MetricsConfig, MetricsLayer, PrometheusExporter};
+use toolshield_provenance::ProvenanceLayer;
+use toolshield_retry::RetryLayer;
+use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
+use toolshield_validate::{Schemas, ValidateLayer};
+use tower::util::{BoxCloneSyncService, Either};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+use crate::config::{ShieldConfig, ToolConfig};
+
+/// A shielded tool behind one type: what the [`ToolRouter`] holds.
+pub type BoxTool = BoxCloneSyncService<ToolRequest, ToolResponse, ToolError>;
+
+/// The layers of one tool, built and checked once.
+#[derive(Clone)]
+struct ToolLayers {
+    deadline: Option<DeadlineLayer>,
+    idempotency: IdempotencyLayer,
+    retry: RetryLayer,
+    breaker: BreakerLayer,
+    timeout: TimeoutLayer,
+}
+
+/// The default stack of DESIGN §3 built from a [`ShieldConfig`], with its shared
+/// state: breaker registries, the result cache, the idempotency store, the schemas.
+///
+/// Cloning is cheap and every clone (and every service it wraps) shares that state.
+///
+/// ```
+/// use serde_json::json;
+/// use tower::{service_fn, ServiceExt};
+/// use toolshield::config::ShieldConfig;
+/// use toolshield::shield::Shield;
+/// use toolshield::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cfg = ShieldConfig::from_toml_str(r#"
+///     [tools.weather]
+///     kind = "read_only"
+///     cache = { ttl = "5m" }
+/// "#)?;
+/// let shield = Shield::from_config(cfg)?;
+/// let weather = service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!({"temp": 21}))) });
+/// let router = shield.router().tool("weather", weather).build();
+///
+/// let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(CallKind::ReadOnly);
+/// let first = router.clone().oneshot(req.clone()).await?;
+/// let second = router.oneshot(req).await?;
+/// assert!(!first.provenance.cache_hit && second.provenance.cache_hit);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Shield {
+    config: Arc<ShieldConfig>,
+    defaults: ToolLayers,
+    tools: Arc<BTreeMap<String, ToolLayers>>,
+    breakers: BTreeMap<String, BreakerRegistry>,
+    cache: CacheLayer,
+    idempotency_store: Arc<dyn IdempotencyStore>,
+    validate: ValidateLayer,
+    metrics: MetricsLayer,
+    provenance: ProvenanceLayer,
+}
+
+impl fmt::Debug for Shield {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shield")
+            .field("enabled", &self.config.enabled)
+            .field("tools", &self.config.tools.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The name of the breaker registry shared by every tool on the default breaker settings.
+pub const DEFAULT_REGISTRY: &str = "default";
+
+impl Shield {
+    /// Builds every layer of every configured tool, on in-memory stores.
+    pub fn from_config(config: ShieldConfig) -> Result<Self, ConfigError> {
+        Self::with_stores(
+            config,
+            Arc::new(InMemoryCacheStore::new()),
+            Arc::new(InMemoryIdempotencyStore::new()),
+        )
+    }
+
+    /// Builds every layer on the given stores (Redis, for several processes).
+    pub fn with_stores(
+        config: ShieldConfig,
+        cache_store: Arc<dyn CacheStore>,
+        idempotency_store: Arc<dyn IdempotencyStore>,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+
+        let mut schemas = Schemas::builder();
+        for (name, tool) in &config.tools {
+            if let Some(schema) = &tool.schema {
+                schemas = schemas.tool(name.as_str(), schema.clone());
+            }
+        }
+        let validate = ValidateLayer::new(schemas.build()?);
+
+        let cache = CacheLayer::with_store(
+            CacheConfig {
+                default_ttl: config.defaults.cache.ttl,
+                stale_if_error: config.defaults.cache.stale_if_error.unwrap_or_default(),
+                per_user: config.defaults.cache.per_user.unwrap_or(false),
+                tools: config
+                    .tools
+                    .iter()
+                    .map(|(name, t)| (name.clone(), t.cache.clone()))
+                    .collect(),
+            },
+            cache_store,
+        )?;
+
+        let default_registry = BreakerRegistry::new(config.defaults.breaker.clone())
+            .map_err(|e| e.prefixed("defaults.breaker"))?;
+        let mut breakers =
+            BTreeMap::from([(DEFAULT_REGISTRY.to_owned(), default_registry.clone())]);
+
+        let build = |tool: &ToolConfig,
+                     path: &str,
+                     registry: BreakerRegistry|
+         -> Result<ToolLayers, ConfigError> {
+            Ok(ToolLayers {
+                deadline: DeadlineLayer::from_config(&tool.timeout)
+                    .map_err(|e| e.prefixed(&format!("{path}.timeout")))?,
+                idempotency: IdempotencyLayer::with_store(
+                    tool.idempotency.clone(),
+                    idempotency_store.clone(),
+                )
+                .map_err(|e| e.prefixed(&format!("{path}.idempotency")))?,
+                retry: RetryLayer::from_config(tool.retry.clone())
+                    .map_err(|e| e.prefixed(&format!("{path}.retry")))?,
+                breaker: BreakerLayer::new(registry),
+                timeout: TimeoutLayer::from_config(&tool.timeout)
+                    .map_err(|e| e.prefixed(&format!("{path}.timeout")))?,
+            })
+        };
+
+        let defaults = build(&config.defaults, "defaults", default_registry.clone())?;
+        let mut tools = BTreeMap::new();
+        for (name, tool) in &config.tools {
+            let path = format!("tools.{name}");
+            // Tools on the default breaker settings share one registry (one admin view);
+            // a tool with its own settings gets its own.
+            let registry = if tool.breaker == config.defaults.breaker {
+                default_registry.clone()
+            } else {
+                let r = BreakerRegistry::new(tool.breaker.clone())
+                    .map_err(|e| e.prefixed(&format!("{path}.breaker")))?;
+                breakers.insert(name.clone(), r.clone());
+                r
+            };
+            tools.insert(name.clone(), build(tool, &path, registry)?);
+        }
+
+        // Metrics go to the process's global `metrics` recorder until `with_metrics`
+        // points them at an exporter; without a recorder they cost next to nothing.
+        let metrics = MetricsLayer::new(config.tools.keys().map(String::as_str))?;
+
+        Ok(Shield {
+            config: Arc::new(config),
+            defaults,
+            tools: Arc::new(tools),
+            breakers,
+            cache,
+            idempotency_store,
+            validate,
+            metrics,
+            provenance: ProvenanceLayer::new(),
+        })
+    }
+
+    /// Records this shield's metrics into `exporter` (call and attempt metrics, and the
+    /// state, transitions and rejections of every breaker registry), for `/metrics`.
+    pub fn with_metrics(mut self, exporter: &PrometheusExporter) -> Result<Self, ConfigError> {
+        self.metrics = MetricsLayer::build(
+            MetricsConfig::with_tools(self.config.tools.keys().map(String::as_str)),
+            exporter.target(),
+        )?;
+        for registry in self.breakers.values() {
+            exporter.add_collector(BreakerMetrics::new(registry.clone(), exporter.target()));
+        }
+        Ok(self)
+    }
+
+    /// Uses `provenance` (sources per tool, digest on or off) instead of the default.
+    pub fn with_provenance(mut self, provenance: ProvenanceLayer) -> Self {
+        self.provenance = provenance;
+        self
+    }
+
+    /// The configuration this shield was built from.
+    pub fn config(&self) -> &ShieldConfig {
+        &self.config
+    }
+
+    /// The breaker registries: [`DEFAULT_REGISTRY`] shared by every tool on the default
+    /// breaker settings, and one per tool with settings of its own.
+    pub fn breakers(&self) -> &BTreeMap<String, BreakerRegistry> {
+        &self.breakers
+    }
+
+    /// The breaker registry that holds `tool`'s breaker.
+    pub fn breaker_for(&self, tool: &str) -> &BreakerRegistry {
+        self.tools
+            .get(tool)
+            .unwrap_or(&self.defaults)
+            .breaker
+            .registry()
+    }
+
+    /// Counters and invalidation of the result cache.
+    pub fn cache(&self) -> CacheHandle {
+        self.cache.handle()
+    }
+
+    /// Counters and `forget` of `tool`'s idempotency records.
+    pub fn idempotency(&self, tool: &str) -> IdempotencyHandle {
+        self.tools
+            .get(tool)
+            .unwrap_or(&self.defaults)
+            .idempotency
+            .handle()
+    }
+
+    /// The idempotency store every tool shares.
+    pub fn idempotency_store(&self) -> &Arc<dyn IdempotencyStore> {
+        &self.idempotency_store
+    }
+
+    /// The tool names of the configuration (metrics label with these; others are `other`).
+    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.config.tools.keys().map(String::as_str)
+    }
+
+    /// Wraps `service`, the implementation of `tool`, in the default stack with `tool`'s
+    /// settings (the defaults for a tool without a section):
+    ///
+    /// metrics > provenance > cancel > deadline > validate > cache > idempotency > retry >
+    /// attempt metrics > breaker > attempt timeout.
+    ///
+    /// With `enabled = false` (or `TOOLSHIELD_ENABLED=false`) the service is returned
+    /// unwrapped: a pass-through.
+    pub fn wrap<S>(
+        &self,
+        tool: &str,
+        service: S,
+    ) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
+           + Clone
+           + Send
+           + Sync
+           + 'static
+    where
+        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self.wrap_with_fallback(tool, service, None)
+    }
+
+    /// [`wrap`](Self::wrap), with a fallback chain between idempotency and retry: its
+    /// tiers take over when the primary's breaker is open or its retries are exhausted.
+    pub fn wrap_with_fallback<S>(
+        &self,
+        tool: &str,
+        service: S,
+        fallback: Option<FallbackLayer>,
+    ) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
+           + Clone
+           + Send
+           + Sync
+           + 'static
+    where
+        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        if !self.config.enabled {
+            return Either::Right(service);
+        }
+        let l = self.tools.get(tool).unwrap_or(&self.defaults).clone();
+        let stack = ServiceBuilder::new()
+            .layer(self.metrics.clone())
+            .layer(self.provenance.clone())
+            .layer(CancelLayer::new())
+            .option_layer(l.deadline)
+            .layer(self.validate.clone())
+            .layer(self.cache.clone())
+            .layer(l.idempotency)
+            .option_layer(fallback)
+            .layer(l.retry)
+            .layer(self.metrics.attempt_layer())
+            .layer(l.breaker)
+            .layer(l.timeout)
+            .service(service);
+        Either::Left(stack)
+    }
+
+    /// Starts a router whose tools are wrapped by this shield.
+    pub fn router(&self) -> RouterBuilder {
+        RouterBuilder {
+            shield: Some(self.clone()),
+            tools: HashMap::new(),
+            servers: HashMap::new(),
+        }
+    }
+}
+
+/// Builds a [`ToolRouter`].
+pub struct RouterBuilder {
+    shield: Option<Shield>,
+    tools: HashMap<Arc<str>, BoxTool>,
+    servers: HashMap<Arc<str>, BoxTool>,
+}
+
+impl fmt::Debug for RouterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RouterBuilder")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("servers", &self.servers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl RouterBuilder {
+    /// A router whose services are used as given (no shield).
+    pub fn unshielded() -> Self {
+        RouterBuilder {
+            shield: None,
+            tools: HashMap::new(),
+            servers: HashMap::new(),
+        }
+    }
+
+    /// Registers `service` for calls of `tool`, behind the shield with `tool`'s settings.
+    pub fn tool<S>(mut self, tool: &str, service: S) -> Self
+    where
+        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let svc = match &self.shield {
+            Some(shield) => BoxTool::new(shield.wrap(tool, service)),
+            None => BoxTool::new(service),
+        };
+        self.tools.insert(Arc::from(tool), svc);
+        self
+    }
+
+    /// Registers `service` for calls of `tool`, with a fallback chain.
+    pub fn tool_with_fallback<S>(mut self, tool: &str, service: S, fallback: FallbackLayer) -> Self
+    where
+        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let svc = match &self.shield {
+            Some(shield) => BoxTool::new(shield.wrap_with_fallback(tool, service, Some(fallback))),
+            None => BoxTool::new(fallback.layer(service)),
+        };
+        self.tools.insert(Arc::from(tool), svc);
+        self
+    }
+
+    /// Registers an MCP-style server: every call named `{server}__{tool}` that has no
+    /// route of its own goes to `service` (with its full name), behind the shield with
+    /// the settings of the section named `server`. Breakers still key on the full tool
+    /// name, so one failing tool does not open the breaker of its siblings.
+    pub fn server<S>(mut self, server: &str, service: S) -> Self
+    where
+        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let svc = match &self.shield {
+            Some(shield) => BoxTool::new(shield.wrap(server, service)),
+            None => BoxTool::new(service),
+        };
+        self.servers.insert(Arc::from(server), svc);
+        self
+    }
+
+    /// The router.
+    pub fn build(self) -> ToolRouter {
+        ToolRouter {
+            routes: Arc::new(Routes {
+                tools: self.tools,
+                servers: self.servers,
+            }),
+        }
+    }
+}
+
+struct Routes {
+    tools: HashMap<Arc<str>, BoxTool>,
+    servers: HashMap<Arc<str>, BoxTool>,
+}
+
+impl Routes {
+    fn find(&self, tool: &str) -> Option<&BoxTool> {
+        self.tools.get(tool).or_else(|| {
+            let (server, rest) = tool.split_once("__")?;
+            if rest.is_empty() {
+                return None;
+            }
+            self.servers.get(server)
+        })
+    }
+}
+
+/// Dispatches a [`ToolRequest`] by tool name to the service registered for it;
+/// `NOT_FOUND` for a tool nobody registered. Always ready: each call drives the readiness
+/// of its own route.
+#[derive(Clone)]
+pub struct ToolRouter {
+    routes: Arc<Routes>,
+}
+
+impl fmt::Debug for ToolRouter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut tools: Vec<_> = self.routes.tools.keys().collect();
+        tools.sort();
+        f.debug_struct("ToolRouter")
+            .field("tools", &tools)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolRouter {
+    /// Whether a call of `tool` has somewhere to go.
+    pub fn has_route(&self, tool: &str) -> bool {
+        self.routes.find(tool).is_some()
+    }
+}
+
+/// The future of [`ToolRouter`].
+pub struct RouterFuture {
+    inner: Pin<Box<dyn Future<Output = Result<ToolResponse, ToolError>> + Send>>,
+}
+
+impl fmt::Debug for RouterFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RouterFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for RouterFuture {
+    type Output = Result<ToolResponse, ToolError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl Service<ToolRequest> for ToolRouter {
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = RouterFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> RouterFuture {
+        let inner: Pin<Box<dyn Future<Output = _> + Send>> = match self.routes.find(req.tool()) {
+            Some(svc) => Box::pin(svc.clone().oneshot(req)),
+            None => {
+                let error = ToolError::new(
+                    ErrorKind::NotFound,
+                    format!("no tool named `{}` is registered", req.tool()),
+                );
+                Box::pin(std::future::ready(Err(error)))
+            }
+        };
+        RouterFuture { inner }
+    }
+}
