@@ -38,9 +38,17 @@ use std::time::Duration;
 use tower::layer::util::Stack;
 use tower::ServiceBuilder;
 
+pub use toolshield_breaker as breaker;
+pub use toolshield_cache as cache;
 pub use toolshield_cancel as cancel;
 pub use toolshield_core as core;
+pub use toolshield_fallback as fallback;
+pub use toolshield_idempotency as idempotency;
+pub use toolshield_metrics as metrics;
+pub use toolshield_provenance as provenance;
+pub use toolshield_retry as retry;
 pub use toolshield_timeout as timeout;
+pub use toolshield_validate as validate;
 
 /// The `toolshield` command line (feature `cli`): `toolshield breakers status|open|close|reset`.
 #[cfg(feature = "cli")]
@@ -93,6 +101,62 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
         attempt: Duration,
         soft: Option<Duration>,
     ) -> ServiceBuilder<Stack<toolshield_timeout::TimeoutLayer, L>>;
+    /// Retries with backoff, deadline-aware ([`toolshield_retry::RetryLayer`]).
+    /// (Named so that it does not clash with tower's own `ServiceBuilder::retry`.)
+    fn retries<P>(
+        self,
+        layer: toolshield_retry::RetryLayer<P>,
+    ) -> ServiceBuilder<Stack<toolshield_retry::RetryLayer<P>, L>>;
+
+    /// Per-key circuit breakers ([`toolshield_breaker::BreakerLayer`]).
+    fn circuit_breaker<K, C>(
+        self,
+        layer: toolshield_breaker::BreakerLayer<K, C>,
+    ) -> ServiceBuilder<Stack<toolshield_breaker::BreakerLayer<K, C>, L>>;
+
+    /// The read-only result cache ([`toolshield_cache::CacheLayer`]).
+    fn result_cache(
+        self,
+        layer: toolshield_cache::CacheLayer,
+    ) -> ServiceBuilder<Stack<toolshield_cache::CacheLayer, L>>;
+
+    /// Deduplication of mutating calls ([`toolshield_idempotency::IdempotencyLayer`]).
+    fn idempotent_mutations(
+        self,
+        layer: toolshield_idempotency::IdempotencyLayer,
+    ) -> ServiceBuilder<Stack<toolshield_idempotency::IdempotencyLayer, L>>;
+
+    /// JSON Schema validation of payloads ([`toolshield_validate::ValidateLayer`]).
+    fn validated(
+        self,
+        schemas: toolshield_validate::Schemas,
+    ) -> ServiceBuilder<Stack<toolshield_validate::ValidateLayer, L>>;
+
+    /// An ordered fallback chain ([`toolshield_fallback::FallbackLayer`]).
+    fn fallback_tiers(
+        self,
+        layer: toolshield_fallback::FallbackLayer,
+    ) -> ServiceBuilder<Stack<toolshield_fallback::FallbackLayer, L>>;
+
+    /// Provenance on every result ([`toolshield_provenance::ProvenanceLayer`]).
+    fn provenance(
+        self,
+        layer: toolshield_provenance::ProvenanceLayer,
+    ) -> ServiceBuilder<Stack<toolshield_provenance::ProvenanceLayer, L>>;
+
+    /// Metrics and the `tool_execution` span, once per logical call
+    /// ([`toolshield_metrics::MetricsLayer`]); place it outermost.
+    fn call_metrics(
+        self,
+        layer: toolshield_metrics::MetricsLayer,
+    ) -> ServiceBuilder<Stack<toolshield_metrics::MetricsLayer, L>>;
+
+    /// Metrics and the `tool_attempt` span, once per attempt
+    /// ([`toolshield_metrics::AttemptMetricsLayer`]); place it inside retry.
+    fn attempt_metrics(
+        self,
+        layer: &toolshield_metrics::MetricsLayer,
+    ) -> ServiceBuilder<Stack<toolshield_metrics::AttemptMetricsLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -117,5 +181,67 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
             layer = layer.soft_threshold(soft);
         }
         self.layer(layer)
+    }
+    fn retries<P>(
+        self,
+        layer: toolshield_retry::RetryLayer<P>,
+    ) -> ServiceBuilder<Stack<toolshield_retry::RetryLayer<P>, L>> {
+        self.layer(layer)
+    }
+
+    fn circuit_breaker<K, C>(
+        self,
+        layer: toolshield_breaker::BreakerLayer<K, C>,
+    ) -> ServiceBuilder<Stack<toolshield_breaker::BreakerLayer<K, C>, L>> {
+        self.layer(layer)
+    }
+
+    fn result_cache(
+        self,
+        layer: toolshield_cache::CacheLayer,
+    ) -> ServiceBuilder<Stack<toolshield_cache::CacheLayer, L>> {
+        self.layer(layer)
+    }
+
+    fn idempotent_mutations(
+        self,
+        layer: toolshield_idempotency::IdempotencyLayer,
+    ) -> ServiceBuilder<Stack<toolshield_idempotency::IdempotencyLayer, L>> {
+        self.layer(layer)
+    }
+
+    fn validated(
+        self,
+        schemas: toolshield_validate::Schemas,
+    ) -> ServiceBuilder<Stack<toolshield_validate::ValidateLayer, L>> {
+        self.layer(toolshield_validate::ValidateLayer::new(schemas))
+    }
+
+    fn fallback_tiers(
+        self,
+        layer: toolshield_fallback::FallbackLayer,
+    ) -> ServiceBuilder<Stack<toolshield_fallback::FallbackLayer, L>> {
+        self.layer(layer)
+    }
+
+    fn provenance(
+        self,
+        layer: toolshield_provenance::ProvenanceLayer,
+    ) -> ServiceBuilder<Stack<toolshield_provenance::ProvenanceLayer, L>> {
+        self.layer(layer)
+    }
+
+    fn call_metrics(
+        self,
+        layer: toolshield_metrics::MetricsLayer,
+    ) -> ServiceBuilder<Stack<toolshield_metrics::MetricsLayer, L>> {
+        self.layer(layer)
+    }
+
+    fn attempt_metrics(
+        self,
+        layer: &toolshield_metrics::MetricsLayer,
+    ) -> ServiceBuilder<Stack<toolshield_metrics::AttemptMetricsLayer, L>> {
+        self.layer(layer.attempt_layer())
     }
 }
