@@ -1,0 +1,112 @@
+//! The full default stack on a success that misses the cache (telemetry on, in-memory
+//! stores) against the bare service and against a comparable tower-resilience stack
+//! (time limiter + retry + circuit breaker + cache), in one group.
+//!
+//! Every entry builds one fresh `ToolRequest` per call with a distinct ~200-byte payload,
+//! so the cache misses and the payload digest is computed each time, as on a real miss.
+
+// `criterion_group!` generates a public function without docs.
+#![allow(missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use serde_json::Value;
+use tower::{Layer, Service, ServiceExt};
+use toolshield::prelude::*;
+use toolshield_benches::{payload_200b, BareTool};
+use tower_resilience::cache::CacheLayer as PeerCache;
+use tower_resilience::circuitbreaker::{CircuitBreakerError, CircuitBreakerLayer};
+use tower_resilience::retry::RetryLayer as PeerRetry;
+use tower_resilience::timelimiter::{TimeLimiterError, TimeLimiterLayer};
+
+const CONFIG: &str = r#"
+[defaults]
+timeout = { attempt = "30s", soft = "2s", total = "60s" }
+
+[tools.weather]
+kind = "read_only"
+cache = { ttl = "10m" }
+"#;
+
+/// A distinct payload per call: the cache always misses.
+fn next_request(counter: &AtomicU64, base: &Value) -> ToolRequest {
+    let mut payload = base.clone();
+    payload["n"] = Value::from(counter.fetch_add(1, Ordering::Relaxed));
+    ToolRequest::new("weather", payload).kind(CallKind::ReadOnly)
+}
+
+async fn call<S>(svc: &mut S, req: ToolRequest)
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: std::fmt::Debug,
+{
+    let res = svc.ready().await.expect("ready").call(req).await;
+    assert!(res.is_ok(), "{res:?}");
+}
+
+fn stack(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let _guard = rt.enter();
+    let base = payload_200b();
+    let counter = AtomicU64::new(0);
+    let mut group = c.benchmark_group("full_stack_cache_miss_success");
+
+    group.bench_function("bare", |b| {
+        b.to_async(&rt).iter(|| {
+            let req = next_request(&counter, &base);
+            async move { call(&mut BareTool, req).await }
+        })
+    });
+
+    let exporter = toolshield::metrics::local_prometheus();
+    let shield = Shield::from_config(ShieldConfig::from_toml_str(CONFIG).expect("config"))
+        .expect("shield")
+        .with_metrics(&exporter)
+        .expect("metrics");
+    let shielded = shield.wrap("weather", BareTool);
+    group.bench_function("toolshield_default_stack", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = shielded.clone();
+            let req = next_request(&counter, &base);
+            async move { call(&mut svc, req).await }
+        })
+    });
+
+    type Inner = CircuitBreakerError<TimeLimiterError<ToolError>>;
+    let time_limiter = TimeLimiterLayer::builder()
+        .timeout_duration(Duration::from_secs(30))
+        .cancel_running_future(true)
+        .build();
+    let breaker = CircuitBreakerLayer::builder()
+        .failure_rate_threshold(0.5)
+        .sliding_window_size(100)
+        .build()
+        .expect("peer breaker");
+    let retry = PeerRetry::<ToolRequest, ToolResponse, Inner>::builder()
+        .max_attempts(3)
+        .exponential_backoff(Duration::from_millis(500))
+        .build();
+    let cache = PeerCache::builder()
+        .max_size(100_000)
+        .ttl(Duration::from_secs(600))
+        .key_extractor(|req: &ToolRequest| req.cache_key().unwrap_or_default())
+        .build()
+        .expect("peer cache");
+    let peer = cache.layer(retry.layer(breaker.layer(time_limiter.layer(BareTool))));
+    group.bench_function("tower_resilience_stack", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = peer.clone();
+            let req = next_request(&counter, &base);
+            async move { call(&mut svc, req).await }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, stack);
+criterion_main!(benches);
