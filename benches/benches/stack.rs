@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::Value;
-use tower::{Layer, Service, ServiceExt};
 use toolshield::prelude::*;
 use toolshield_benches::{payload_200b, BareTool};
+use tower::{Layer, Service, ServiceExt};
 use tower_resilience::cache::CacheLayer as PeerCache;
 use tower_resilience::circuitbreaker::{CircuitBreakerError, CircuitBreakerLayer};
 use tower_resilience::retry::RetryLayer as PeerRetry;

@@ -62,9 +62,14 @@ pub struct IdempotencyConfig {
     /// The longest a duplicate waits in [`OnPending::Wait`] before `IN_PROGRESS`.
     #[serde(with = "duration")]
     pub wait_timeout: Duration,
-    /// How often a waiting duplicate reads the record.
+    /// How soon a waiting duplicate first reads the record again; the interval then
+    /// doubles up to [`max_poll_interval`](Self::max_poll_interval).
     #[serde(with = "duration")]
     pub poll_interval: Duration,
+    /// The longest interval between two reads of a waiting duplicate (a value at or
+    /// below `poll_interval` keeps the interval fixed).
+    #[serde(with = "duration")]
+    pub max_poll_interval: Duration,
     /// What happens when the store cannot be reached.
     pub on_store_error: OnStoreError,
 }
@@ -81,6 +86,7 @@ impl Default for IdempotencyConfig {
             on_pending: OnPending::Wait,
             wait_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_millis(50),
+            max_poll_interval: Duration::from_millis(800),
             on_store_error: OnStoreError::FailClosed,
         }
     }

@@ -189,6 +189,10 @@ where
     let owner = execution_id.to_string();
     let wait_until = Instant::now() + cfg.wait_timeout;
     let mut waited = false;
+    // A waiting duplicate polls the store with a growing interval (doubling from
+    // `poll_interval` up to `max_poll_interval`): prompt for short calls, light on the
+    // store for long ones.
+    let mut interval = cfg.poll_interval;
 
     // ----- claim, replay, wait -----
     loop {
@@ -250,7 +254,10 @@ where
                                 bump(&counters.in_progress);
                                 return Err(in_progress(&tool));
                             }
-                            tokio::time::sleep(cfg.poll_interval.min(wait_until - now)).await;
+                            tokio::time::sleep(interval.min(wait_until - now)).await;
+                            interval = interval
+                                .saturating_mul(2)
+                                .min(cfg.max_poll_interval.max(cfg.poll_interval));
                         }
                     },
                 }

@@ -556,3 +556,77 @@ fn config_is_validated_and_strict() {
     assert!(IdempotencyLayer::new(cfg).is_err());
     let _ = Digest::of_bytes(b"");
 }
+
+/// The in-memory store, counting the claims a waiting duplicate makes.
+struct CountingStore {
+    inner: InMemoryIdempotencyStore,
+    claims: AtomicUsize,
+}
+
+impl IdempotencyStore for CountingStore {
+    fn claim<'a>(
+        &'a self,
+        key: &'a str,
+        record: IdempotencyRecord,
+        lease: Duration,
+    ) -> StoreFuture<'a, ClaimOutcome> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(key, record, lease)
+    }
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        record: IdempotencyRecord,
+        ttl: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.complete(key, owner, record, ttl)
+    }
+    fn fail<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        record: IdempotencyRecord,
+        ttl: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.fail(key, owner, record, ttl)
+    }
+    fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
+        self.inner.renew(key, owner, lease)
+    }
+    fn release<'a>(&'a self, key: &'a str, owner: &'a str) -> StoreFuture<'a, bool> {
+        self.inner.release(key, owner)
+    }
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>> {
+        self.inner.get(key)
+    }
+    fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {
+        self.inner.remove(key)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_duplicate_polls_with_a_growing_interval() {
+    let store = Arc::new(CountingStore {
+        inner: InMemoryIdempotencyStore::new(),
+        claims: AtomicUsize::new(0),
+    });
+    let layer = IdempotencyLayer::with_store(IdempotencyConfig::default(), store.clone())
+        .expect("valid config");
+    let calls = Arc::new(AtomicUsize::new(0));
+    // The first call runs for 5 s; the duplicate waits for it.
+    let svc = tool(&calls, Duration::from_secs(5), ok_n);
+    let (first, second) = tokio::join!(call(&svc, &layer, pay(10)), async {
+        sleep(Duration::from_millis(1)).await;
+        call(&svc, &layer, pay(10)).await
+    });
+    assert_eq!(
+        charge(&first.expect("first")),
+        charge(&second.expect("second"))
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Polling every 50 ms would claim ~100 times in 5 s; doubling from 50 ms up to 800 ms
+    // claims about a dozen times (1 + 50, 100, 200, 400 ms, then every 800 ms).
+    let claims = store.claims.load(Ordering::SeqCst);
+    assert!((5..=15).contains(&claims), "{claims} claims");
+}
