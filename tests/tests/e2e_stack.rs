@@ -457,3 +457,39 @@ async fn router_dispatches_by_name_mcp_servers_by_prefix_and_unknown_is_not_foun
         assert_eq!(e.kind(), ErrorKind::NotFound, "{unknown}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn fallback_tier_answers_when_the_breaker_is_open_and_the_hand_over_is_a_metric() {
+    let exporter = toolshield::metrics::local_prometheus();
+    let s = shield("[defaults]\nretry = { max_attempts = 1 }\n[tools.llm]\nkind = \"read_only\"\n")
+        .with_metrics(&exporter)
+        .unwrap();
+    let primary_calls = counter();
+    let primary = scripted(&primary_calls, |_, _| async {
+        Err(ToolError::new(ErrorKind::UpstreamUnavailable, "overloaded"))
+    });
+    let small_calls = counter();
+    let small = scripted(&small_calls, |_, _| async {
+        Ok(ToolResponse::new(json!("small model answer")))
+    });
+    let chain = toolshield_fallback::FallbackLayer::new().tier("small-model", small);
+    let router = s.router().tool_with_fallback("llm", primary, chain).build();
+
+    for _ in 0..7 {
+        let res = router
+            .clone()
+            .oneshot(read("llm", json!({"prompt": "hi"})))
+            .await
+            .unwrap();
+        assert_eq!(res.provenance.tier.as_deref(), Some("small-model"));
+        assert_eq!(res.output, json!("small model answer"));
+    }
+    // 5 failures opened the primary's breaker: the last 2 calls never reached it
+    assert_eq!(primary_calls.load(Ordering::SeqCst), 5);
+    assert_eq!(small_calls.load(Ordering::SeqCst), 7);
+    let text = exporter.render();
+    assert!(
+        text.contains(r#"tool_fallback_handovers_total{tool="llm",tier="small-model"} 7"#),
+        "{text}"
+    );
+}

@@ -136,7 +136,8 @@ fn combine(errors: &[(Arc<str>, ToolError)]) -> ToolError {
     error
 }
 
-/// Hand-overs counted per tier; read by the metrics layer.
+/// Hand-overs counted per tier, shared by every service built from one [`FallbackLayer`];
+/// `toolshield-metrics` exports them as `tool_fallback_handovers_total{tool,tier}`.
 #[derive(Debug, Default)]
 pub struct FallbackStats {
     tiers: Vec<(Arc<str>, AtomicU64)>,
@@ -172,11 +173,10 @@ struct Tier {
 }
 
 /// Configures a fallback chain; [`Layer::layer`] puts it around the primary service.
+/// Every service built from one layer shares its [`FallbackStats`].
 #[derive(Clone)]
 pub struct FallbackLayer {
-    tiers: Vec<Tier>,
-    escalate: Option<EscalateFn>,
-    max_escalations: u32,
+    shared: Arc<Shared>,
 }
 
 impl Default for FallbackLayer {
@@ -187,11 +187,11 @@ impl Default for FallbackLayer {
 
 impl fmt::Debug for FallbackLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.tiers.iter().map(|t| &*t.name).collect();
+        let names: Vec<&str> = self.shared.tiers.iter().map(|t| &*t.name).collect();
         f.debug_struct("FallbackLayer")
             .field("tiers", &names)
-            .field("escalate", &self.escalate.is_some())
-            .field("max_escalations", &self.max_escalations)
+            .field("escalate", &self.shared.escalate.is_some())
+            .field("max_escalations", &self.shared.max_escalations)
             .finish()
     }
 }
@@ -199,11 +199,40 @@ impl fmt::Debug for FallbackLayer {
 impl FallbackLayer {
     /// An empty chain (a pass-through until tiers are added).
     pub fn new() -> Self {
+        Self::from_parts(Vec::new(), None, 1)
+    }
+
+    fn from_parts(tiers: Vec<Tier>, escalate: Option<EscalateFn>, max_escalations: u32) -> Self {
+        let stats = Arc::new(FallbackStats {
+            tiers: tiers
+                .iter()
+                .map(|t| (t.name.clone(), AtomicU64::new(0)))
+                .collect(),
+            ..FallbackStats::default()
+        });
         FallbackLayer {
-            tiers: Vec::new(),
-            escalate: None,
-            max_escalations: 1,
+            shared: Arc::new(Shared {
+                tiers,
+                escalate,
+                max_escalations,
+                stats,
+            }),
         }
+    }
+
+    /// A copy of this configuration changed by `f` (with fresh counters: the tiers may
+    /// have changed).
+    fn rebuild(self, f: impl FnOnce(&mut Vec<Tier>, &mut Option<EscalateFn>, &mut u32)) -> Self {
+        let mut tiers = self.shared.tiers.clone();
+        let mut escalate = self.shared.escalate.clone();
+        let mut max = self.shared.max_escalations;
+        f(&mut tiers, &mut escalate, &mut max);
+        Self::from_parts(tiers, escalate, max)
+    }
+
+    /// The hand-over counters shared by every service built from this layer.
+    pub fn stats(&self) -> Arc<FallbackStats> {
+        self.shared.stats.clone()
     }
 
     /// Adds a tier with the [`default_hand_over`] rule.
@@ -221,7 +250,7 @@ impl FallbackLayer {
 
     /// Adds a tier that takes over when `predicate(request, error)` holds for the error
     /// of the tier before it.
-    pub fn tier_when<S, P>(mut self, name: impl Into<Arc<str>>, service: S, predicate: P) -> Self
+    pub fn tier_when<S, P>(self, name: impl Into<Arc<str>>, service: S, predicate: P) -> Self
     where
         S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
             + Clone
@@ -231,31 +260,30 @@ impl FallbackLayer {
         S::Future: Send + 'static,
         P: Fn(&ToolRequest, &ToolError) -> bool + Send + Sync + 'static,
     {
-        self.tiers.push(Tier {
+        let tier = Tier {
             name: name.into(),
             service: BoxCloneSyncService::new(service),
             predicate: Arc::new(predicate),
-        });
-        self
+        };
+        self.rebuild(|tiers, _, _| tiers.push(tier))
     }
 
     /// The last resort when every tier failed: the hook decides to abort, skip with a
     /// substitute result, or retry the tiers (at most `max_escalations` times per call,
     /// default 1; see [`max_escalations`](Self::max_escalations)).
-    pub fn escalate<F, Fut>(mut self, hook: F) -> Self
+    pub fn escalate<F, Fut>(self, hook: F) -> Self
     where
         F: Fn(FallbackFailure) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Escalation> + Send + 'static,
     {
-        self.escalate = Some(Arc::new(move |failure| Box::pin(hook(failure))));
-        self
+        let hook: EscalateFn = Arc::new(move |failure| Box::pin(hook(failure)));
+        self.rebuild(|_, escalate, _| *escalate = Some(hook))
     }
 
     /// How many times one call may be escalated and re-run (default 1). Past it, the
     /// combined error is returned.
-    pub fn max_escalations(mut self, n: u32) -> Self {
-        self.max_escalations = n;
-        self
+    pub fn max_escalations(self, n: u32) -> Self {
+        self.rebuild(|_, _, max| *max = n)
     }
 }
 
@@ -263,22 +291,9 @@ impl<S> Layer<S> for FallbackLayer {
     type Service = Fallback<S>;
 
     fn layer(&self, inner: S) -> Fallback<S> {
-        let stats = FallbackStats {
-            tiers: self
-                .tiers
-                .iter()
-                .map(|t| (t.name.clone(), AtomicU64::new(0)))
-                .collect(),
-            ..FallbackStats::default()
-        };
         Fallback {
             inner,
-            shared: Arc::new(Shared {
-                tiers: self.tiers.clone(),
-                escalate: self.escalate.clone(),
-                max_escalations: self.max_escalations,
-                stats,
-            }),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -287,7 +302,7 @@ struct Shared {
     tiers: Vec<Tier>,
     escalate: Option<EscalateFn>,
     max_escalations: u32,
-    stats: FallbackStats,
+    stats: Arc<FallbackStats>,
 }
 
 /// Calls the primary service and, when it fails in a way a tier accepts, the tiers in

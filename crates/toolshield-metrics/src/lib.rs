@@ -60,6 +60,7 @@
 //! ```
 
 mod breaker;
+mod fallback;
 mod future;
 mod handles;
 mod layer;
@@ -69,6 +70,7 @@ mod service;
 mod target;
 
 pub use breaker::BreakerMetrics;
+pub use fallback::{FallbackMetrics, TOOL_FALLBACK_EXHAUSTED_TOTAL, TOOL_FALLBACK_HANDOVERS_TOTAL};
 pub use future::{AttemptFuture, ResponseFuture};
 pub use layer::{AttemptMetricsLayer, MetricsConfig, MetricsLayer, MAX_TOOLS};
 pub use names::Status;

@@ -16,7 +16,9 @@ use toolshield_fallback::FallbackLayer;
 use toolshield_idempotency::{
     IdempotencyHandle, IdempotencyLayer, IdempotencyStore, InMemoryIdempotencyStore,
 };
-use toolshield_metrics::{BreakerMetrics, MetricsConfig, MetricsLayer, PrometheusExporter};
+use toolshield_metrics::{
+    BreakerMetrics, FallbackMetrics, MetricsConfig, MetricsLayer, PrometheusExporter,
+};
 use toolshield_provenance::ProvenanceLayer;
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
@@ -78,6 +80,7 @@ pub struct Shield {
     idempotency_store: Arc<dyn IdempotencyStore>,
     validate: ValidateLayer,
     metrics: MetricsLayer,
+    exporter: Option<PrometheusExporter>,
     provenance: ProvenanceLayer,
 }
 
@@ -188,6 +191,7 @@ impl Shield {
             idempotency_store,
             validate,
             metrics,
+            exporter: None,
             provenance: ProvenanceLayer::new(),
         })
     }
@@ -202,6 +206,7 @@ impl Shield {
         for registry in self.breakers.values() {
             exporter.add_collector(BreakerMetrics::new(registry.clone(), exporter.target()));
         }
+        self.exporter = Some(exporter.clone());
         Ok(self)
     }
 
@@ -305,6 +310,9 @@ impl Shield {
     {
         if !self.config.enabled {
             return Either::Right(service);
+        }
+        if let (Some(exporter), Some(chain)) = (&self.exporter, &fallback) {
+            exporter.add_collector(FallbackMetrics::new(tool, chain.stats(), exporter.target()));
         }
         let l = self.tools.get(tool).unwrap_or(&self.defaults).clone();
         let stack = ServiceBuilder::new()
