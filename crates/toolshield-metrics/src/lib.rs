@@ -65,6 +65,8 @@ mod future;
 mod handles;
 mod layer;
 pub mod names;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod prometheus;
 mod service;
 mod target;
