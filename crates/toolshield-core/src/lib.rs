@@ -51,7 +51,7 @@ pub use kind::CallKind;
 pub use request::{RequestMeta, ToolRequest};
 pub use response::{Provenance, SlowCall, ToolResponse};
 pub use tokens::{AttemptGuard, CallTokens};
-pub use traits::{InBandFailure, ShieldRequest, ShieldResponse};
+pub use traits::{InBandFailure, ShieldRequest, ShieldResponse, ToolService};
 
 /// A boxed error, for the edges that convert other crates' errors.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

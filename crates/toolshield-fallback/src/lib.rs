@@ -54,7 +54,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse, ToolService};
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 use tower_layer::Layer;
@@ -238,12 +238,7 @@ impl FallbackLayer {
     /// Adds a tier with the [`default_hand_over`] rule.
     pub fn tier<S>(self, name: impl Into<Arc<str>>, service: S) -> Self
     where
-        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
+        S: ToolService,
     {
         self.tier_when(name, service, default_hand_over)
     }
@@ -252,12 +247,7 @@ impl FallbackLayer {
     /// of the tier before it.
     pub fn tier_when<S, P>(self, name: impl Into<Arc<str>>, service: S, predicate: P) -> Self
     where
-        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
+        S: ToolService,
         P: Fn(&ToolRequest, &ToolError) -> bool + Send + Sync + 'static,
     {
         let tier = Tier {

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use toolshield_breaker::{BreakerLayer, BreakerRegistry};
 use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, CacheStore, InMemoryCacheStore};
 use toolshield_cancel::CancelLayer;
-use toolshield_core::{ConfigError, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{ConfigError, ErrorKind, ToolError, ToolRequest, ToolResponse, ToolService};
 use toolshield_fallback::FallbackLayer;
 use toolshield_idempotency::{
     IdempotencyHandle, IdempotencyLayer, IdempotencyStore, InMemoryIdempotencyStore,
@@ -278,12 +278,7 @@ impl Shield {
            + Sync
            + 'static
     where
-        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
+        S: ToolService,
     {
         self.wrap_with_fallback(tool, service, None)
     }
@@ -301,12 +296,7 @@ impl Shield {
            + Sync
            + 'static
     where
-        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
+        S: ToolService,
     {
         if !self.config.enabled {
             return Either::Right(service);
@@ -371,35 +361,35 @@ impl RouterBuilder {
     /// Registers `service` for calls of `tool`, behind the shield with `tool`'s settings.
     pub fn tool<S>(mut self, tool: &str, service: S) -> Self
     where
-        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
+        S: ToolService,
     {
-        let svc = match &self.shield {
-            Some(shield) => BoxTool::new(shield.wrap(tool, service)),
-            None => BoxTool::new(service),
-        };
+        let svc = self.shielded(tool, service, None);
         self.tools.insert(Arc::from(tool), svc);
         self
+    }
+
+    /// `service` behind the shield with `name`'s settings (as given without a shield).
+    fn shielded<S: ToolService>(
+        &self,
+        name: &str,
+        service: S,
+        fallback: Option<FallbackLayer>,
+    ) -> BoxTool {
+        match (&self.shield, fallback) {
+            (Some(shield), fallback) => {
+                BoxTool::new(shield.wrap_with_fallback(name, service, fallback))
+            }
+            (None, Some(fallback)) => BoxTool::new(fallback.layer(service)),
+            (None, None) => BoxTool::new(service),
+        }
     }
 
     /// Registers `service` for calls of `tool`, with a fallback chain.
     pub fn tool_with_fallback<S>(mut self, tool: &str, service: S, fallback: FallbackLayer) -> Self
     where
-        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
+        S: ToolService,
     {
-        let svc = match &self.shield {
-            Some(shield) => BoxTool::new(shield.wrap_with_fallback(tool, service, Some(fallback))),
-            None => BoxTool::new(fallback.layer(service)),
-        };
+        let svc = self.shielded(tool, service, Some(fallback));
         self.tools.insert(Arc::from(tool), svc);
         self
     }
@@ -410,17 +400,9 @@ impl RouterBuilder {
     /// name, so one failing tool does not open the breaker of its siblings.
     pub fn server<S>(mut self, server: &str, service: S) -> Self
     where
-        S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
+        S: ToolService,
     {
-        let svc = match &self.shield {
-            Some(shield) => BoxTool::new(shield.wrap(server, service)),
-            None => BoxTool::new(service),
-        };
+        let svc = self.shielded(server, service, None);
         self.servers.insert(Arc::from(server), svc);
         self
     }
