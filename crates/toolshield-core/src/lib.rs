@@ -36,6 +36,7 @@ mod classify;
 pub mod config;
 mod envelope;
 mod error;
+pub mod http_impls;
 mod kind;
 mod request;
 mod response;

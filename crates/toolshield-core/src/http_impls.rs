@@ -1,0 +1,250 @@
+//! [`ShieldRequest`] for `http::Request<B>` and [`ShieldResponse`] for `http::Response<B>`,
+//! so the generic layers (timeout, cancel, retry, breaker, metrics) wrap HTTP clients.
+//!
+//! The per-call state an HTTP request has no field for (cancellation tokens, deadline,
+//! attempt number, an explicit [`CallKind`]) lives in one small [`HttpCallState`] in the
+//! request's extensions, created on first write. The rest is read from the request itself:
+//!
+//! - the key ([`ShieldRequest::tool`]) is the URI host, or the [`HttpRoute`] extension
+//!   when one is set (a route template such as `GET /users/{id}`);
+//! - the [`CallKind`] follows the method ([`http_method_kind`]) unless the state says
+//!   otherwise;
+//! - the idempotency key is the `Idempotency-Key` header (IETF draft).
+//!
+//! Responses: 429 is `RATE_LIMITED` with its `Retry-After`, 502/503/504
+//! `UPSTREAM_UNAVAILABLE`, other 5xx `EXECUTION_FAILED`, 401/403 `UNAUTHORIZED`, 404
+//! `NOT_FOUND`, other 4xx `INVALID_INPUT` ([`http_status_kind`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Extensions, Method, StatusCode};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    CallKind, CallTokens, ErrorKind, InBandFailure, ShieldRequest, ShieldResponse, SlowCall,
+};
+
+/// The `Idempotency-Key` header name (IETF draft `httpapi-idempotency-key-header`).
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// The per-call state of an HTTP request, kept in its extensions.
+#[derive(Debug, Clone)]
+pub struct HttpCallState {
+    tokens: CallTokens,
+    deadline: Option<Instant>,
+    attempt: u32,
+    kind: Option<CallKind>,
+}
+
+impl Default for HttpCallState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HttpCallState {
+    /// Fresh state: new tokens, no deadline, attempt 1, kind from the method.
+    pub fn new() -> Self {
+        HttpCallState {
+            tokens: CallTokens::new(),
+            deadline: None,
+            attempt: 1,
+            kind: None,
+        }
+    }
+
+    /// Uses the caller's cancellation token for the call.
+    pub fn with_call_token(mut self, token: CancellationToken) -> Self {
+        self.tokens = CallTokens::with_call(token);
+        self
+    }
+
+    /// Overrides the side-effect class the method implies.
+    pub fn with_kind(mut self, kind: CallKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// The tokens of the call.
+    pub fn tokens(&self) -> &CallTokens {
+        &self.tokens
+    }
+}
+
+/// A route template that keys breakers and metrics instead of the host: insert it in
+/// the request's extensions (`req.extensions_mut().insert(HttpRoute::new("GET /users/{id}"))`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRoute(Arc<str>);
+
+impl HttpRoute {
+    /// A route template.
+    pub fn new(route: impl Into<Arc<str>>) -> Self {
+        HttpRoute(route.into())
+    }
+
+    /// The template.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The number of attempts the retry layer made, left on an HTTP response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpAttempts(pub u32);
+
+/// The side-effect class of an HTTP method: GET, HEAD, PUT, DELETE, OPTIONS and TRACE
+/// are [`Idempotent`](CallKind::Idempotent) (RFC 9110 §9.2.2); everything else (POST,
+/// PATCH, extension methods) is [`Mutating`](CallKind::Mutating).
+pub fn http_method_kind(method: &Method) -> CallKind {
+    match *method {
+        Method::GET
+        | Method::HEAD
+        | Method::PUT
+        | Method::DELETE
+        | Method::OPTIONS
+        | Method::TRACE => CallKind::Idempotent,
+        _ => CallKind::Mutating,
+    }
+}
+
+/// The error kind of a non-success HTTP status, `None` for 1xx, 2xx and 3xx.
+pub fn http_status_kind(status: StatusCode) -> Option<ErrorKind> {
+    match status.as_u16() {
+        429 => Some(ErrorKind::RateLimited),
+        502..=504 => Some(ErrorKind::UpstreamUnavailable),
+        401 | 403 => Some(ErrorKind::Unauthorized),
+        404 => Some(ErrorKind::NotFound),
+        400..=499 => Some(ErrorKind::InvalidInput),
+        500..=599 => Some(ErrorKind::ExecutionFailed),
+        _ => None,
+    }
+}
+
+/// Parses a `Retry-After` value given as delta seconds. HTTP dates are parsed by
+/// `toolshield-http`'s `parse_retry_after`; this minimal form keeps core free of a date
+/// parser. Returns `None` for anything else.
+fn retry_after_seconds(value: &[u8]) -> Option<Duration> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// A parsed `Retry-After` the client left on a response (in its extensions), so an
+/// HTTP-date form is honoured too: `toolshield-http` inserts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryAfter(pub Duration);
+
+fn state_mut(ext: &mut Extensions) -> &mut HttpCallState {
+    ext.get_or_insert_with(HttpCallState::new)
+}
+
+impl<B> ShieldRequest for http::Request<B> {
+    fn tool(&self) -> &str {
+        if let Some(route) = self.extensions().get::<HttpRoute>() {
+            return route.as_str();
+        }
+        self.uri().host().unwrap_or("http")
+    }
+
+    fn call_kind(&self) -> CallKind {
+        self.extensions()
+            .get::<HttpCallState>()
+            .and_then(|s| s.kind)
+            .unwrap_or_else(|| http_method_kind(self.method()))
+    }
+
+    fn get_idempotency_key(&self) -> Option<&str> {
+        self.headers()
+            .get(IDEMPOTENCY_KEY_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|k| !k.is_empty())
+    }
+
+    fn call_token(&self) -> Option<&CancellationToken> {
+        self.extensions()
+            .get::<HttpCallState>()
+            .map(|s| s.tokens.call())
+    }
+
+    fn attempt_token(&self) -> Option<&CancellationToken> {
+        self.extensions()
+            .get::<HttpCallState>()
+            .map(|s| s.tokens.attempt())
+    }
+
+    fn call_tokens(&self) -> Option<CallTokens> {
+        self.extensions()
+            .get::<HttpCallState>()
+            .map(|s| s.tokens.clone())
+    }
+
+    fn deadline_at(&self) -> Option<Instant> {
+        self.extensions()
+            .get::<HttpCallState>()
+            .and_then(|s| s.deadline)
+    }
+
+    fn set_deadline(&mut self, deadline: Instant) {
+        let state = state_mut(self.extensions_mut());
+        state.deadline = Some(match state.deadline {
+            Some(earlier) if earlier < deadline => earlier,
+            _ => deadline,
+        });
+    }
+
+    fn attempt(&self) -> u32 {
+        self.extensions()
+            .get::<HttpCallState>()
+            .map_or(1, |s| s.attempt.max(1))
+    }
+
+    fn begin_attempt(&mut self, attempt: u32) {
+        let state = state_mut(self.extensions_mut());
+        state.tokens = state.tokens.next_attempt();
+        state.attempt = attempt;
+    }
+
+    fn extensions(&self) -> &Extensions {
+        http::Request::extensions(self)
+    }
+
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        http::Request::extensions_mut(self)
+    }
+}
+
+impl<B> ShieldResponse for http::Response<B> {
+    fn in_band_failure(&self) -> Option<InBandFailure> {
+        let kind = http_status_kind(self.status())?;
+        let retry_after =
+            if kind == ErrorKind::RateLimited || kind == ErrorKind::UpstreamUnavailable {
+                self.extensions()
+                    .get::<RetryAfter>()
+                    .map(|r| r.0)
+                    .or_else(|| {
+                        self.headers()
+                            .get(http::header::RETRY_AFTER)
+                            .and_then(|v| retry_after_seconds(v.as_bytes()))
+                    })
+            } else {
+                None
+            };
+        Some(InBandFailure { kind, retry_after })
+    }
+
+    fn mark_slow(&mut self, slow: SlowCall) {
+        self.extensions_mut().insert(slow);
+    }
+
+    fn slow_call(&self) -> Option<SlowCall> {
+        self.extensions().get::<SlowCall>().copied()
+    }
+
+    fn set_attempts(&mut self, attempts: u32) {
+        self.extensions_mut().insert(HttpAttempts(attempts));
+    }
+}

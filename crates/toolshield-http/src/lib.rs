@@ -1,0 +1,67 @@
+//! The toolshield layers around HTTP clients.
+//!
+//! `toolshield-core` implements [`ShieldRequest`](toolshield_core::ShieldRequest) for
+//! `http::Request<B>` and [`ShieldResponse`](toolshield_core::ShieldResponse) for
+//! `http::Response<B>` (see [`toolshield_core::http_impls`]), so the generic layers
+//! (timeout, retry, breaker, cancel, metrics) wrap any HTTP client that is a tower
+//! service. This crate adds what an HTTP client needs on top:
+//!
+//! - [`BufferLayer`] / [`buffer_request`]: bodies collected once (with a size limit) into
+//!   `http::Request<Full<Bytes>>`, which is `Clone`, so requests can be retried;
+//! - [`HttpErrorLayer`] / [`client_error`]: the client's errors as
+//!   [`ToolError`](toolshield_core::ToolError)s
+//!   (connect errors `CONNECTION_FAILED`, timeouts `TIMEOUT`), keeping the source;
+//! - the method rules ([`http_method_kind`]): GET, HEAD, PUT, DELETE, OPTIONS are
+//!   idempotent and retried; POST and PATCH are mutating and retried only with an
+//!   `Idempotency-Key` header, which is the request's idempotency key;
+//! - the status rules ([`http_status_kind`]): 429 `RATE_LIMITED` with its
+//!   `Retry-After` ([`parse_retry_after`], both forms), 502/503/504
+//!   `UPSTREAM_UNAVAILABLE`, other 5xx `EXECUTION_FAILED` (counted, not retried), 401/403
+//!   `UNAUTHORIZED`, 404 `NOT_FOUND`, other 4xx `INVALID_INPUT` (neither retried nor
+//!   counted);
+//! - [`HttpTool`]: a `Service<ToolRequest>` over an HTTP client, so the whole default
+//!   stack, idempotency included, applies to HTTP calls.
+//!
+//! Breakers key on the host by default; insert an [`HttpRoute`] in the request's
+//! extensions to key on a route template instead.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use toolshield_http::{hyper_client, BufferLayer, HttpErrorLayer};
+//! use toolshield_retry::RetryLayer;
+//! use toolshield_timeout::TimeoutLayer;
+//! use tower::ServiceBuilder;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // retry (per request, idempotent methods only) > attempt timeout > client
+//! let client = ServiceBuilder::new()
+//!     .layer(BufferLayer::default())
+//!     .layer(RetryLayer::from_config(Default::default())?)
+//!     .layer(TimeoutLayer::new(Duration::from_secs(5)))
+//!     .layer(HttpErrorLayer::new())
+//!     .service(hyper_client());
+//! # let _ = client;
+//! # Ok(()) }
+//! ```
+
+mod body;
+mod error;
+mod retry_after;
+mod tool;
+
+pub use body::{
+    body_error, buffer_request, BufferBody, BufferFuture, BufferLayer, BufferedRequest,
+    DEFAULT_BODY_LIMIT,
+};
+pub use error::{client_error, HttpErrorFuture, HttpErrorLayer, HttpErrors};
+pub use retry_after::parse_retry_after;
+pub use tool::{
+    build_request, http_tool_request, hyper_client, HttpTool, HttpToolFuture, HyperClient,
+};
+pub use toolshield_core::http_impls::{
+    http_method_kind, http_status_kind, HttpAttempts, HttpCallState, HttpRoute, RetryAfter,
+    IDEMPOTENCY_KEY_HEADER,
+};

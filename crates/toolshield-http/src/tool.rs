@@ -1,0 +1,262 @@
+//! [`HttpTool`]: a `Service<ToolRequest>` over an HTTP client, so the whole toolshield
+//! stack (idempotency included) applies to HTTP calls.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{Method, Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Map, Value};
+use toolshield_core::http_impls::{http_method_kind, http_status_kind, IDEMPOTENCY_KEY_HEADER};
+use toolshield_core::{BoxError, ToolError, ToolRequest, ToolResponse};
+use tower_service::Service;
+
+use crate::body::{body_error, BufferedRequest, DEFAULT_BODY_LIMIT};
+use crate::error::client_error;
+use crate::retry_after::parse_retry_after;
+
+/// hyper-util's legacy client over plain TCP (no TLS), sending buffered bodies.
+pub type HyperClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A hyper-util legacy client on the tokio runtime (HTTP/1, no TLS).
+pub fn hyper_client() -> HyperClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Builds the [`ToolRequest`] of an HTTP call: the payload is
+/// `{"method", "url", "headers"?, "body"?}`, the [`CallKind`](toolshield_core::CallKind)
+/// follows the method, and an `Idempotency-Key` header becomes the request's
+/// idempotency key (so the idempotency layer dedupes on it and the retry layer may
+/// repeat a POST).
+pub fn http_tool_request(tool: impl Into<Arc<str>>, payload: Value) -> ToolRequest {
+    let method = payload
+        .get("method")
+        .and_then(Value::as_str)
+        .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
+        .unwrap_or(Method::GET);
+    let key = payload
+        .get("headers")
+        .and_then(Value::as_object)
+        .and_then(|h| {
+            h.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(IDEMPOTENCY_KEY_HEADER))
+                .and_then(|(_, v)| v.as_str())
+                .map(str::to_owned)
+        });
+    let mut req = ToolRequest::new(tool, payload).kind(http_method_kind(&method));
+    if let Some(key) = key {
+        req = req.idempotency_key(key);
+    }
+    req
+}
+
+/// Turns a [`ToolRequest`] payload `{"method", "url", "headers"?, "body"?}` into an HTTP
+/// request. `method` defaults to GET; `body` is sent as is when it is a string, as JSON
+/// (with `content-type: application/json` unless set) otherwise. Problems are
+/// `INVALID_INPUT`.
+pub fn build_request(payload: &Value) -> Result<BufferedRequest, ToolError> {
+    let method = match payload.get("method") {
+        None | Some(Value::Null) => Method::GET,
+        Some(Value::String(m)) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+            .map_err(|_| ToolError::invalid_input(format!("invalid http method `{m}`")))?,
+        Some(_) => return Err(ToolError::invalid_input("`method` must be a string")),
+    };
+    let url = payload
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::invalid_input("`url` is required and must be a string"))?;
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| ToolError::invalid_input(format!("invalid url `{url}`")))?;
+    if uri.scheme().is_none() || uri.host().is_none() {
+        return Err(ToolError::invalid_input(format!(
+            "url `{url}` must be absolute"
+        )));
+    }
+    let mut builder = Request::builder().method(method).uri(uri);
+    let mut has_content_type = false;
+    match payload.get("headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(headers)) => {
+            for (name, value) in headers {
+                let value = value.as_str().ok_or_else(|| {
+                    ToolError::invalid_input(format!("header `{name}` must be a string"))
+                })?;
+                let name = HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| ToolError::invalid_input(format!("invalid header `{name}`")))?;
+                let value = HeaderValue::from_str(value).map_err(|_| {
+                    ToolError::invalid_input(format!("invalid value of header `{name}`"))
+                })?;
+                has_content_type |= name == CONTENT_TYPE;
+                builder = builder.header(name, value);
+            }
+        }
+        Some(_) => return Err(ToolError::invalid_input("`headers` must be an object")),
+    }
+    let body = match payload.get("body") {
+        None | Some(Value::Null) => Bytes::new(),
+        Some(Value::String(s)) => Bytes::from(s.clone()),
+        Some(json) => {
+            if !has_content_type {
+                builder = builder.header(CONTENT_TYPE, "application/json");
+            }
+            Bytes::from(serde_json::to_vec(json)?)
+        }
+    };
+    builder
+        .body(Full::new(body))
+        .map_err(|e| ToolError::invalid_input(format!("invalid http request: {e}")))
+}
+
+/// Calls an HTTP client for each [`ToolRequest`] (payload as in [`build_request`]) and
+/// answers `{"status", "headers", "body"}`; `body` is parsed JSON when the response says
+/// it is JSON, text otherwise. A non-2xx/3xx status is an error of the kind
+/// [`http_status_kind`] gives (429 keeps its `Retry-After`, both forms).
+///
+/// Build requests with [`http_tool_request`] so the kind and the idempotency key follow
+/// the method and the `Idempotency-Key` header.
+#[derive(Clone)]
+pub struct HttpTool<C = HyperClient> {
+    client: C,
+    body_limit: usize,
+}
+
+impl<C> fmt::Debug for HttpTool<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTool")
+            .field("body_limit", &self.body_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpTool<HyperClient> {
+    /// Over a fresh [`hyper_client`].
+    pub fn new() -> Self {
+        Self::with_client(hyper_client())
+    }
+}
+
+impl Default for HttpTool<HyperClient> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C> HttpTool<C> {
+    /// Over any client that is a `Service<http::Request<Full<Bytes>>>`.
+    pub fn with_client(client: C) -> Self {
+        HttpTool {
+            client,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+
+    /// The largest response body read (default 4 MiB); a larger one is `INVALID_INPUT`.
+    pub fn body_limit(mut self, limit: usize) -> Self {
+        self.body_limit = limit;
+        self
+    }
+}
+
+/// The future of [`HttpTool`] (boxed: one network round trip dwarfs the allocation).
+pub type HttpToolFuture = Pin<Box<dyn Future<Output = Result<ToolResponse, ToolError>> + Send>>;
+
+impl<C, RB> Service<ToolRequest> for HttpTool<C>
+where
+    C: Service<BufferedRequest, Response = Response<RB>> + Clone + Send + 'static,
+    C::Future: Send,
+    C::Error: Into<BoxError>,
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = HttpToolFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.client.poll_ready(cx).map_err(client_error)
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        let limit = self.body_limit;
+        let http_req = match build_request(req.payload()) {
+            Ok(r) => r,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let clone = self.client.clone();
+        let mut client = std::mem::replace(&mut self.client, clone);
+        Box::pin(async move {
+            let host = http_req.uri().host().unwrap_or("").to_owned();
+            let response = client.call(http_req).await.map_err(client_error)?;
+            into_tool_response(response, &host, limit).await
+        })
+    }
+}
+
+async fn into_tool_response<B>(
+    response: Response<B>,
+    host: &str,
+    limit: usize,
+) -> Result<ToolResponse, ToolError>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = response.into_parts();
+    if let Some(kind) = http_status_kind(parts.status) {
+        let mut error = ToolError::new(kind, format!("http {} from `{host}`", parts.status));
+        if let Some(wait) = parts
+            .headers
+            .get(RETRY_AFTER)
+            .and_then(|v| parse_retry_after(v, SystemTime::now()))
+        {
+            error = error.with_retry_after(wait);
+        }
+        return Err(error);
+    }
+    let bytes = Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(|e| body_error(e, limit))?
+        .to_bytes();
+    let mut headers = Map::new();
+    for (name, value) in &parts.headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        match headers.get_mut(name.as_str()) {
+            Some(Value::String(existing)) => {
+                existing.push_str(", ");
+                existing.push_str(&value);
+            }
+            _ => {
+                headers.insert(name.as_str().to_owned(), Value::String(value));
+            }
+        }
+    }
+    let is_json = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.contains("json"));
+    let body = if is_json {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    } else {
+        Value::String(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    Ok(ToolResponse::new(serde_json::json!({
+        "status": parts.status.as_u16(),
+        "headers": headers,
+        "body": body,
+    })))
+}

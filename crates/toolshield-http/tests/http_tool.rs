@@ -1,0 +1,164 @@
+//! `HttpTool` under the full `Shield` stack, against a real axum server.
+
+mod support;
+
+use serde_json::json;
+use toolshield::config::ShieldConfig;
+use toolshield::shield::Shield;
+use toolshield_core::{CallKind, ErrorKind};
+use toolshield_http::{http_tool_request, HttpTool};
+use tower::ServiceExt;
+
+fn shield() -> Shield {
+    let cfg = ShieldConfig::from_toml_str(
+        r#"
+        [defaults.retry]
+        max_attempts = 3
+        backoff = { strategy = "none" }
+        "#,
+    )
+    .unwrap();
+    Shield::from_config(cfg).unwrap()
+}
+
+#[tokio::test]
+async fn the_payload_becomes_a_request_and_the_response_an_output() {
+    let (addr, rec) = support::start().await;
+    let res = HttpTool::new()
+        .oneshot(http_tool_request(
+            "api",
+            json!({"method": "POST", "url": format!("http://{addr}/create"), "body": {"item": "book"}}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.output["status"], 201);
+    assert_eq!(res.output["body"]["echo"], json!({"item": "book"}));
+    assert_eq!(res.output["headers"]["content-type"], "application/json");
+    assert_eq!(rec.count("/create"), 1);
+}
+
+#[test]
+fn the_method_and_the_idempotency_key_header_shape_the_tool_request() {
+    let get = http_tool_request("api", json!({"url": "http://x/"}));
+    assert_eq!(get.call_kind(), CallKind::Idempotent);
+    let post = http_tool_request(
+        "api",
+        json!({"method": "post", "url": "http://x/", "headers": {"Idempotency-Key": "k-1"}}),
+    );
+    assert_eq!(post.call_kind(), CallKind::Mutating);
+    assert_eq!(post.get_idempotency_key(), Some("k-1"));
+    let patch = http_tool_request("api", json!({"method": "PATCH", "url": "http://x/"}));
+    assert_eq!(patch.call_kind(), CallKind::Mutating);
+    assert_eq!(patch.get_idempotency_key(), None);
+}
+
+#[tokio::test]
+async fn bad_payloads_are_invalid_input() {
+    for payload in [
+        json!({}),
+        json!({"url": "/relative"}),
+        json!({"url": "http://x/", "method": "GE T"}),
+        json!({"url": "http://x/", "headers": {"x": 1}}),
+    ] {
+        let err = HttpTool::new()
+            .oneshot(http_tool_request("api", payload.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{payload}");
+    }
+}
+
+#[tokio::test]
+async fn through_the_shield_a_503_is_retried_and_a_404_is_not() {
+    let (addr, rec) = support::start().await;
+    let api = shield().wrap("api", HttpTool::new());
+    let ok = api
+        .clone()
+        .oneshot(http_tool_request(
+            "api",
+            json!({"url": format!("http://{addr}/flaky")}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ok.output["body"], "recovered");
+    assert_eq!(ok.provenance.attempts, 2);
+    assert_eq!(rec.count("/flaky"), 2);
+
+    let err = api
+        .oneshot(http_tool_request(
+            "api",
+            json!({"url": format!("http://{addr}/missing")}),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert_eq!(rec.count("/missing"), 1);
+}
+
+#[tokio::test]
+async fn a_429_carries_its_retry_after() {
+    let (addr, _rec) = support::start().await;
+    let err = HttpTool::new()
+        .oneshot(http_tool_request(
+            "api",
+            json!({"url": format!("http://{addr}/ratelimited")}),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited);
+    assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(2)));
+}
+
+#[tokio::test]
+async fn a_post_without_a_key_is_sent_once_when_keys_are_not_derived() {
+    let (addr, rec) = support::start().await;
+    // The recommended setting for HTTP tools: only the `Idempotency-Key` header makes a
+    // POST repeatable (a derived key would dedupe locally, but the server cannot know it).
+    let cfg = ShieldConfig::from_toml_str(
+        r#"
+        [defaults.retry]
+        max_attempts = 3
+        backoff = { strategy = "none" }
+        [defaults.idempotency]
+        derive_keys = false
+        "#,
+    )
+    .unwrap();
+    let api = Shield::from_config(cfg)
+        .unwrap()
+        .wrap("api", HttpTool::new());
+    let err = api
+        .oneshot(http_tool_request(
+            "api",
+            json!({"method": "POST", "url": format!("http://{addr}/post503")}),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
+    assert_eq!(rec.count("/post503"), 1);
+}
+
+#[tokio::test]
+async fn a_post_with_a_key_sent_twice_at_once_runs_the_handler_once() {
+    let (addr, rec) = support::start().await;
+    let api = shield().wrap("api", HttpTool::new());
+    let payload = json!({
+        "method": "POST",
+        "url": format!("http://{addr}/create"),
+        "headers": {"Idempotency-Key": "order-42"},
+        "body": {"item": "book"},
+    });
+    let (a, b) = tokio::join!(
+        api.clone()
+            .oneshot(http_tool_request("api", payload.clone())),
+        api.clone()
+            .oneshot(http_tool_request("api", payload.clone())),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(rec.count("/create"), 1, "the handler ran once");
+    assert_eq!(a.output, b.output);
+    assert!(
+        a.provenance.replayed != b.provenance.replayed,
+        "one of them is a replay"
+    );
+}

@@ -1,0 +1,227 @@
+//! `ShieldRequest` for `http::Request` and `ShieldResponse` for `http::Response`.
+
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ShieldResponse};
+use toolshield_http::{http_method_kind, http_status_kind, HttpCallState, HttpRoute, RetryAfter};
+
+#[test]
+fn methods_map_to_call_kinds() {
+    for m in [
+        Method::GET,
+        Method::HEAD,
+        Method::PUT,
+        Method::DELETE,
+        Method::OPTIONS,
+    ] {
+        assert_eq!(http_method_kind(&m), CallKind::Idempotent, "{m}");
+    }
+    for m in [
+        Method::POST,
+        Method::PATCH,
+        Method::from_bytes(b"PURGE").unwrap(),
+    ] {
+        assert_eq!(http_method_kind(&m), CallKind::Mutating, "{m}");
+    }
+}
+
+#[test]
+fn statuses_map_to_error_kinds() {
+    let cases = [
+        (200, None),
+        (204, None),
+        (304, None),
+        (400, Some(ErrorKind::InvalidInput)),
+        (401, Some(ErrorKind::Unauthorized)),
+        (403, Some(ErrorKind::Unauthorized)),
+        (404, Some(ErrorKind::NotFound)),
+        (409, Some(ErrorKind::InvalidInput)),
+        (422, Some(ErrorKind::InvalidInput)),
+        (429, Some(ErrorKind::RateLimited)),
+        (500, Some(ErrorKind::ExecutionFailed)),
+        (501, Some(ErrorKind::ExecutionFailed)),
+        (502, Some(ErrorKind::UpstreamUnavailable)),
+        (503, Some(ErrorKind::UpstreamUnavailable)),
+        (504, Some(ErrorKind::UpstreamUnavailable)),
+    ];
+    for (code, kind) in cases {
+        assert_eq!(
+            http_status_kind(StatusCode::from_u16(code).unwrap()),
+            kind,
+            "{code}"
+        );
+    }
+    // 500 is counted but not retried; 4xx is neither.
+    assert!(ErrorKind::ExecutionFailed.counts_for_breaker());
+    assert!(!ErrorKind::ExecutionFailed.is_retriable());
+    assert!(!ErrorKind::InvalidInput.counts_for_breaker());
+}
+
+#[test]
+fn the_key_is_the_host_unless_a_route_is_set() {
+    let mut req = Request::get("http://api.example.com:8080/users/7")
+        .body(())
+        .unwrap();
+    assert_eq!(req.tool(), "api.example.com");
+    req.extensions_mut()
+        .insert(HttpRoute::new("GET /users/{id}"));
+    assert_eq!(req.tool(), "GET /users/{id}");
+}
+
+#[test]
+fn the_idempotency_key_is_the_header_and_the_kind_can_be_overridden() {
+    let mut req = Request::post("http://x/orders")
+        .header("Idempotency-Key", "order-1")
+        .body(())
+        .unwrap();
+    assert_eq!(req.get_idempotency_key(), Some("order-1"));
+    assert_eq!(req.call_kind(), CallKind::Mutating);
+    req.extensions_mut()
+        .insert(HttpCallState::new().with_kind(CallKind::Idempotent));
+    assert_eq!(req.call_kind(), CallKind::Idempotent);
+    let plain = Request::post("http://x/orders").body(()).unwrap();
+    assert_eq!(plain.get_idempotency_key(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_get_fresh_tokens_and_deadlines_only_shrink() {
+    let mut req = Request::get("http://x/").body(()).unwrap();
+    assert_eq!(req.attempt(), 1);
+    assert!(req.call_tokens().is_none());
+    req.begin_attempt(1);
+    let first = req.attempt_token().unwrap().clone();
+    let call = req.call_token().unwrap().clone();
+    req.begin_attempt(2);
+    assert_eq!(req.attempt(), 2);
+    first.cancel();
+    assert!(
+        !req.attempt_token().unwrap().is_cancelled(),
+        "a fresh attempt token"
+    );
+    call.cancel();
+    assert!(
+        req.attempt_token().unwrap().is_cancelled(),
+        "a child of the call token"
+    );
+
+    let now = tokio::time::Instant::now();
+    req.set_deadline(now + Duration::from_secs(5));
+    req.set_deadline(now + Duration::from_secs(9));
+    assert_eq!(req.deadline_at(), Some(now + Duration::from_secs(5)));
+    req.set_deadline(now + Duration::from_secs(1));
+    assert_eq!(req.deadline_at(), Some(now + Duration::from_secs(1)));
+}
+
+#[test]
+fn responses_carry_in_band_failures_with_retry_after() {
+    let ok = Response::builder().status(200).body(()).unwrap();
+    assert!(ok.in_band_failure().is_none());
+
+    let limited = Response::builder()
+        .status(429)
+        .header("retry-after", "2")
+        .body(())
+        .unwrap();
+    let f = limited.in_band_failure().unwrap();
+    assert_eq!(f.kind, ErrorKind::RateLimited);
+    assert_eq!(f.retry_after, Some(Duration::from_secs(2)));
+
+    // An HTTP-date form parsed by the client side is left as a `RetryAfter` extension.
+    let mut dated = Response::builder()
+        .status(503)
+        .header("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")
+        .body(())
+        .unwrap();
+    assert_eq!(dated.in_band_failure().unwrap().retry_after, None);
+    dated
+        .extensions_mut()
+        .insert(RetryAfter(Duration::from_secs(3)));
+    let f = dated.in_band_failure().unwrap();
+    assert_eq!(f.kind, ErrorKind::UpstreamUnavailable);
+    assert_eq!(f.retry_after, Some(Duration::from_secs(3)));
+
+    let not_found = Response::builder().status(404).body(()).unwrap();
+    assert_eq!(
+        not_found.in_band_failure().unwrap().kind,
+        ErrorKind::NotFound
+    );
+}
+
+#[tokio::test]
+async fn the_error_layer_notes_an_http_date_retry_after() {
+    use tower::{service_fn, Layer, ServiceExt};
+    let in_three_secs =
+        httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3));
+    let client = service_fn(move |_req: Request<()>| {
+        let date = in_three_secs.clone();
+        async move {
+            Ok::<_, std::io::Error>(
+                Response::builder()
+                    .status(503)
+                    .header("retry-after", date)
+                    .body(())
+                    .unwrap(),
+            )
+        }
+    });
+    let svc = toolshield_http::HttpErrorLayer::new().layer(client);
+    let res = svc
+        .oneshot(Request::get("http://x/").body(()).unwrap())
+        .await
+        .unwrap();
+    let wait = res.in_band_failure().unwrap().retry_after.unwrap();
+    assert!(
+        wait > Duration::from_secs(1) && wait <= Duration::from_secs(3),
+        "{wait:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_error_layer_maps_client_errors() {
+    use tower::{service_fn, Layer, ServiceExt};
+    let timed_out = service_fn(|_req: Request<()>| async {
+        Err::<Response<()>, _>(std::io::Error::new(std::io::ErrorKind::TimedOut, "slow"))
+    });
+    let err = toolshield_http::HttpErrorLayer::new()
+        .layer(timed_out)
+        .oneshot(Request::get("http://x/").body(()).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert!(std::error::Error::source(&err).is_some());
+}
+
+#[tokio::test]
+async fn bodies_are_buffered_once_within_the_limit() {
+    use http_body_util::BodyExt;
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let req = Request::post("http://x/")
+        .body(String::from("hello"))
+        .unwrap();
+    let buffered = toolshield_http::buffer_request(req, 16).await.unwrap();
+    let copy = buffered.clone();
+    let bytes = copy.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&bytes[..], b"hello");
+
+    let big = Request::post("http://x/").body("x".repeat(17)).unwrap();
+    let err = toolshield_http::buffer_request(big, 16).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+
+    // The layer hands the inner service a clonable request with the same bytes.
+    let inner = service_fn(|req: toolshield_http::BufferedRequest| async move {
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        Ok::<_, toolshield_core::ToolError>(Response::new(body))
+    });
+    let svc = toolshield_http::BufferLayer::new(1024).layer(inner);
+    let res = svc
+        .oneshot(
+            Request::post("http://x/")
+                .body(String::from("payload"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(&res.body()[..], b"payload");
+}
