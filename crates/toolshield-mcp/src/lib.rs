@@ -1,0 +1,63 @@
+//! Calls tools on MCP servers through the official Rust SDK, `rmcp`, as a
+//! `Service<ToolRequest>`, so the whole toolshield stack (timeouts, retries, breaker per
+//! server or per tool, idempotency, provenance) applies to MCP tool calls unchanged.
+//!
+//! - [`McpClientService`]: every call goes to the MCP tool named by the request (a
+//!   `{server}__` prefix stripped, for `RouterBuilder::server`); cheap to clone, one
+//!   shared connection.
+//! - [`McpTool`]: one fixed MCP tool, for `RouterBuilder::tool` under a local name.
+//! - Results: a result is a response whose output is the MCP `CallToolResult` as JSON
+//!   (`content`, `structuredContent`, `isError`). An `isError: true` result is kept as a
+//!   response by default, which the core classifier counts as an `EXECUTION_FAILED`
+//!   failure; [`IsErrorPolicy::Error`] turns it into an error of a chosen kind instead.
+//! - Errors: unknown tool -> `NOT_FOUND`, invalid params -> `INVALID_INPUT`, other
+//!   server errors -> `EXECUTION_FAILED`, transport closed or failed ->
+//!   `CONNECTION_FAILED`, client timeout -> `TIMEOUT`.
+//!
+//! It is the innermost service of the default stack: the attempt timeout drops its
+//! future, which abandons the request (rmcp tries to tell the server with
+//! `notifications/cancelled`; the server may still finish the call).
+//!
+//! # Example
+//!
+//! ```
+//! use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
+//! use rmcp::service::{RequestContext, RoleServer};
+//! use rmcp::{ErrorData, ServerHandler, ServiceExt};
+//! use serde_json::json;
+//! use toolshield_core::{ToolError, ToolRequest};
+//! use toolshield_mcp::McpClientService;
+//! use tower::ServiceExt as _;
+//!
+//! struct Echo;
+//! impl ServerHandler for Echo {
+//!     async fn call_tool(
+//!         &self,
+//!         req: CallToolRequestParams,
+//!         _cx: RequestContext<RoleServer>,
+//!     ) -> Result<CallToolResponse, ErrorData> {
+//!         let text = serde_json::Value::from(req.arguments.unwrap_or_default()).to_string();
+//!         Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ToolError> {
+//! let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+//! tokio::spawn(async move {
+//!     if let Ok(server) = Echo.serve(server_io).await {
+//!         let _ = server.waiting().await;
+//!     }
+//! });
+//! let files = McpClientService::connect(client_io).await?.with_server("files");
+//!
+//! let res = files.oneshot(ToolRequest::new("files__echo", json!({"x": 1}))).await?;
+//! assert_eq!(res.output["content"][0]["text"], r#"{"x":1}"#);
+//! # Ok(()) }
+//! ```
+
+mod map;
+mod service;
+
+pub use map::{map_protocol_error, map_result, map_service_error, result_text, IsErrorPolicy};
+pub use service::{McpClientService, McpFuture, McpTool};

@@ -1,0 +1,222 @@
+//! [`McpClientService`] and [`McpTool`]: `Service<ToolRequest>` over an `rmcp` client.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::IntoTransport;
+use rmcp::{ClientHandler, Peer, ServiceExt};
+use serde_json::Value;
+use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use tower_service::Service;
+
+use crate::map::{map_result, map_service_error, IsErrorPolicy};
+
+/// The future of [`McpClientService`] and [`McpTool`].
+///
+/// Boxed: a tool call is a round trip to another process or task, whose cost dwarfs one
+/// allocation, and `rmcp`'s request futures cannot be named.
+pub type McpFuture = Pin<Box<dyn Future<Output = Result<ToolResponse, ToolError>> + Send>>;
+
+/// Calls tools on one MCP server through an `rmcp` client.
+///
+/// - tool name: the request's tool, with a `{server}__` prefix stripped when the service
+///   was given a server name ([`with_server`](Self::with_server)), so it can sit behind
+///   `RouterBuilder::server`;
+/// - arguments: the request's payload (an object; `null` sends no arguments; anything
+///   else is `INVALID_INPUT`, never sent);
+/// - result: see [`IsErrorPolicy`] and `docs/mcp.md` for the mapping of results and errors.
+///
+/// Cheap to clone: every clone shares one client connection. The call is abandoned when
+/// the request's attempt token fires (`CANCELLED`) or the future is dropped, e.g. by the
+/// attempt timeout; rmcp then tries to send `notifications/cancelled` to the server.
+#[derive(Clone)]
+pub struct McpClientService {
+    peer: Peer<RoleClient>,
+    /// Keeps the client's background task alive while any clone exists.
+    keep_alive: Option<Arc<dyn Send + Sync>>,
+    server: Option<Arc<str>>,
+    policy: IsErrorPolicy,
+}
+
+impl fmt::Debug for McpClientService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpClientService")
+            .field("server", &self.server)
+            .field("policy", &self.policy)
+            .field("owns_client", &self.keep_alive.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpClientService {
+    /// Takes over a running `rmcp` client: the connection lives as long as any clone of
+    /// this service.
+    pub fn new<H>(client: RunningService<RoleClient, H>) -> Self
+    where
+        H: ClientHandler,
+        RunningService<RoleClient, H>: Send + Sync + 'static,
+    {
+        let peer = client.peer().clone();
+        McpClientService {
+            peer,
+            keep_alive: Some(Arc::new(client)),
+            server: None,
+            policy: IsErrorPolicy::default(),
+        }
+    }
+
+    /// Uses a client peer whose connection is kept alive elsewhere.
+    pub fn from_peer(peer: Peer<RoleClient>) -> Self {
+        McpClientService {
+            peer,
+            keep_alive: None,
+            server: None,
+            policy: IsErrorPolicy::default(),
+        }
+    }
+
+    /// Connects a default `rmcp` client over `transport` (a `tokio::io::duplex` half, a
+    /// child process, a stream) and takes it over. A failed handshake is
+    /// `CONNECTION_FAILED`.
+    pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let client = ()
+            .serve(transport)
+            .await
+            .map_err(|e| ToolError::from_source(ErrorKind::ConnectionFailed, e))?;
+        Ok(McpClientService::new(client))
+    }
+
+    /// Strips `{server}__` from tool names before calling (the MCP-style names of
+    /// `RouterBuilder::server`).
+    pub fn with_server(mut self, server: &str) -> Self {
+        self.server = Some(Arc::from(format!("{server}__")));
+        self
+    }
+
+    /// Sets what an `isError: true` result becomes (default: [`IsErrorPolicy::Keep`]).
+    pub fn is_error_policy(mut self, policy: IsErrorPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The client peer.
+    pub fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
+    }
+
+    /// The name sent to the server for a call of `tool`.
+    pub fn mcp_name<'a>(&self, tool: &'a str) -> &'a str {
+        match &self.server {
+            Some(prefix) => tool.strip_prefix(&**prefix).unwrap_or(tool),
+            None => tool,
+        }
+    }
+
+    /// A service that always calls `tool` on this server, whatever the request's name.
+    pub fn tool(&self, tool: &str) -> McpTool {
+        McpTool {
+            client: self.clone(),
+            name: Arc::from(tool),
+        }
+    }
+
+    fn call_named(&self, name: &str, req: ToolRequest) -> McpFuture {
+        let peer = self.peer.clone();
+        // The future keeps the connection alive too: `oneshot` drops the service first.
+        let keep_alive = self.keep_alive.clone();
+        let policy = self.policy;
+        let name = name.to_owned();
+        Box::pin(async move {
+            let arguments = match req.payload() {
+                Value::Object(map) => Some(map.clone()),
+                Value::Null => None,
+                _ => {
+                    return Err(ToolError::invalid_input(format!(
+                        "mcp tool `{name}` takes an object of arguments"
+                    )))
+                }
+            };
+            let mut params = CallToolRequestParams::new(name.clone());
+            params.arguments = arguments;
+            let call = peer.call_tool_once(params);
+            let token = req.attempt_token();
+            let response = tokio::select! {
+                biased;
+                () = token.cancelled() => {
+                    return Err(ToolError::cancelled(format!(
+                        "mcp call of `{name}` cancelled"
+                    )))
+                }
+                r = call => r,
+            };
+            drop(keep_alive);
+            match response {
+                Ok(CallToolResponse::Complete(result)) => map_result(&name, result, policy),
+                Ok(_) => Err(ToolError::execution_failed(format!(
+                    "mcp tool `{name}` asked for client input or a task, which this client does not support"
+                ))),
+                Err(e) => Err(map_service_error(&name, e)),
+            }
+        })
+    }
+}
+
+impl Service<ToolRequest> for McpClientService {
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = McpFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        // A closed connection is reported by `call` (CONNECTION_FAILED), never here:
+        // an error from `poll_ready` is fatal to `Buffer` and friends.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> McpFuture {
+        let name = self.mcp_name(req.tool()).to_owned();
+        self.call_named(&name, req)
+    }
+}
+
+/// One tool of an MCP server: calls that tool whatever the request's name (register it
+/// under a local name with `RouterBuilder::tool`). Made by [`McpClientService::tool`].
+#[derive(Clone, Debug)]
+pub struct McpTool {
+    client: McpClientService,
+    name: Arc<str>,
+}
+
+impl McpTool {
+    /// The MCP tool name this service calls.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The client it calls through.
+    pub fn get_ref(&self) -> &McpClientService {
+        &self.client
+    }
+}
+
+impl Service<ToolRequest> for McpTool {
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = McpFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ToolRequest) -> McpFuture {
+        self.client.call_named(&self.name, req)
+    }
+}
