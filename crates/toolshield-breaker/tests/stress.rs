@@ -53,7 +53,7 @@ impl Service<ToolRequest> for Flapping {
             }
             // Healthy and failing phases of 300 calls each, with noise.
             let failing = (n / 300) % 2 == 1;
-            if failing || n % 7 == 0 {
+            if failing || n.is_multiple_of(7) {
                 Err(ToolError::new(ErrorKind::UpstreamUnavailable, "flap"))
             } else {
                 Ok(ToolResponse::new(json!(null)))
