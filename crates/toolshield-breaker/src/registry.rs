@@ -1,8 +1,6 @@
 //! [`BreakerRegistry`]: the breakers of every key, shared by every service built from it,
 //! bounded by eviction of idle closed breakers, with manual control and events.
 
-use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fmt;
 use std::fs::OpenOptions;
 use std::hash::BuildHasher;
@@ -12,6 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::broadcast;
 use toolshield_core::config::Problems;
+use toolshield_core::hash::{FastHashMap, FastState};
 use toolshield_core::ConfigError;
 
 use crate::config::BreakerConfig;
@@ -20,12 +19,12 @@ use crate::state::{BreakerState, BreakerStatus, Core, Override};
 
 const SHARDS: usize = 16;
 
-type Shard = RwLock<HashMap<Arc<str>, Arc<BreakerState>>>;
+type Shard = RwLock<FastHashMap<Arc<str>, Arc<BreakerState>>>;
 
 struct Inner {
     core: Arc<Core>,
     shards: Box<[Shard]>,
-    hasher: RandomState,
+    hasher: FastState,
     len: AtomicUsize,
     last_sweep: AtomicU64,
     overflowed: AtomicU64,
@@ -103,8 +102,10 @@ impl BreakerRegistry {
         BreakerRegistry {
             inner: Arc::new(Inner {
                 core: Arc::new(Core::new(config, events)),
-                shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
-                hasher: RandomState::new(),
+                shards: (0..SHARDS)
+                    .map(|_| RwLock::new(FastHashMap::default()))
+                    .collect(),
+                hasher: FastState::default(),
                 len: AtomicUsize::new(0),
                 last_sweep: AtomicU64::new(0),
                 overflowed: AtomicU64::new(0),
@@ -123,13 +124,15 @@ impl BreakerRegistry {
         &self.inner.shards[h % SHARDS]
     }
 
-    fn read(shard: &Shard) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<BreakerState>>> {
+    fn read(
+        shard: &Shard,
+    ) -> std::sync::RwLockReadGuard<'_, FastHashMap<Arc<str>, Arc<BreakerState>>> {
         shard.read().unwrap_or_else(|e| e.into_inner())
     }
 
     fn write(
         shard: &Shard,
-    ) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<BreakerState>>> {
+    ) -> std::sync::RwLockWriteGuard<'_, FastHashMap<Arc<str>, Arc<BreakerState>>> {
         shard.write().unwrap_or_else(|e| e.into_inner())
     }
 

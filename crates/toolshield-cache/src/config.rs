@@ -88,11 +88,16 @@ impl CacheConfig {
                 stale_if_error: t.stale_if_error.unwrap_or(self.stale_if_error),
                 per_user: t.per_user.unwrap_or(self.per_user),
             },
-            None => CachePolicy {
-                ttl: self.default_ttl,
-                stale_if_error: self.stale_if_error,
-                per_user: self.per_user,
-            },
+            None => self.default_policy(),
+        }
+    }
+
+    /// The settings of a tool without its own section.
+    pub(crate) fn default_policy(&self) -> CachePolicy {
+        CachePolicy {
+            ttl: self.default_ttl,
+            stale_if_error: self.stale_if_error,
+            per_user: self.per_user,
         }
     }
 

@@ -43,6 +43,11 @@ impl CacheLayer {
         config.validate()?;
         Ok(CacheLayer {
             shared: Arc::new(Shared {
+                policies: config
+                    .tools
+                    .keys()
+                    .map(|tool| (Box::from(tool.as_str()), config.policy_for(tool)))
+                    .collect(),
                 config,
                 store,
                 flights: Flights::default(),

@@ -1,7 +1,6 @@
 //! The bounded in-memory [`CacheStore`], on `moka`.
 
 use std::future::ready;
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +9,8 @@ use moka::sync::Cache;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use toolshield_core::config::{ConfigError, Problems};
+use toolshield_core::hash::FastState;
+use toolshield_core::size::response_weight;
 use toolshield_core::ToolResponse;
 
 use crate::store::{CacheLookup, CacheStore, StoreFuture};
@@ -20,7 +21,8 @@ use crate::store::{CacheLookup, CacheStore, StoreFuture};
 pub struct MemoryCacheConfig {
     /// At most this many entries.
     pub max_entries: u64,
-    /// At most about this many bytes (key + JSON size of each response).
+    /// At most about this many bytes (each entry: its key, its output as compact JSON and
+    /// its provenance record).
     pub max_bytes: u64,
 }
 
@@ -84,27 +86,16 @@ impl Expiry<String, Slot> for SlotExpiry {
     }
 }
 
-struct Counter(usize);
-
-impl io::Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A [`CacheStore`] in the memory of one process.
 ///
 /// Bounded by entries and by bytes: a `moka` cache whose weigher gives each entry its key
-/// plus JSON size, and at least `max_bytes / max_entries`, so neither bound can be passed.
+/// plus its output's compact JSON length plus its provenance record
+/// ([`response_weight`]), and at least `max_bytes / max_entries`, so neither bound can be passed.
 /// Eviction is moka's TinyLFU (frequently read entries survive a flood of one-off keys),
 /// TTL is per entry, and moka is safe under any concurrency. Clones share the entries.
 #[derive(Clone)]
 pub struct InMemoryCacheStore {
-    cache: Cache<String, Slot>,
+    cache: Cache<String, Slot, FastState>,
     min_weight: u64,
 }
 
@@ -138,10 +129,16 @@ impl InMemoryCacheStore {
     fn build(config: &MemoryCacheConfig) -> Self {
         let min_weight = config.max_bytes.max(1).div_ceil(config.max_entries.max(1));
         let cache = Cache::builder()
+            .initial_capacity(
+                usize::try_from(config.max_entries)
+                    .unwrap_or(usize::MAX)
+                    .min(1 << 20)
+                    .saturating_mul(2),
+            )
             .max_capacity(config.max_bytes.max(1))
             .weigher(|_k: &String, v: &Slot| v.weight)
             .expire_after(SlotExpiry)
-            .build();
+            .build_with_hasher(FastState::default());
         InMemoryCacheStore { cache, min_weight }
     }
 
@@ -179,10 +176,8 @@ impl InMemoryCacheStore {
             return;
         }
         response.extensions = Default::default();
-        let mut c = Counter(key.len());
-        // Serialising a response into a counter does not fail (string keys).
-        let _ = serde_json::to_writer(&mut c, &response);
-        let weight = (c.0 as u64).max(self.min_weight).min(u64::from(u32::MAX));
+        let bytes = key.len().saturating_add(response_weight(&response));
+        let weight = (bytes as u64).max(self.min_weight).min(u64::from(u32::MAX));
         let slot = Slot {
             response: Arc::new(response),
             deadline: Instant::now() + ttl,

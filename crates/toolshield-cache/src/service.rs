@@ -120,7 +120,7 @@ where
         if !req.call_kind().is_cacheable() {
             return ResponseFuture::passthrough(self.inner.call(req));
         }
-        let policy = self.shared.config.policy_for(req.tool());
+        let policy = self.shared.policy_for(req.tool());
         let Some(key) = key_for(&req, &policy) else {
             return ResponseFuture::passthrough(self.inner.call(req));
         };
@@ -176,17 +176,13 @@ where
             }
         }
         match shared.flights.join(&key) {
-            Join::Follow(mut rx) => match rx.wait_for(Option::is_some).await {
-                Ok(shared_result) => {
+            Join::Follow(follower) => match follower.wait().await {
+                Some(result) => {
                     bump(&counters.coalesced);
-                    return match &*shared_result {
-                        Some(Ok(resp)) => Ok(hit(resp.clone())),
-                        Some(Err(e)) => Err(e.clone()),
-                        None => Err(ToolError::internal("single-flight ended without a result")),
-                    };
+                    return result.map(hit);
                 }
                 // The leader was dropped: look again, and lead if nobody else does.
-                Err(_) => continue,
+                None => continue,
             },
             Join::Lead(leader) => {
                 let Some((mut svc, req)) = call.take() else {

@@ -36,10 +36,12 @@ mod classify;
 pub mod config;
 mod envelope;
 mod error;
+pub mod hash;
 pub mod http_impls;
 mod kind;
 mod request;
 mod response;
+pub mod size;
 mod tokens;
 mod traits;
 

@@ -1,7 +1,6 @@
 //! The bounded in-memory [`IdempotencyStore`], on `moka`.
 
 use std::future::ready;
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +10,8 @@ use moka::sync::Cache;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use toolshield_core::config::{ConfigError, Problems};
+use toolshield_core::hash::FastState;
+use toolshield_core::size::serialized_len;
 
 use crate::store::{ClaimOutcome, IdempotencyRecord, IdempotencyStore, StoreFuture};
 
@@ -97,19 +98,6 @@ impl Expiry<String, Slot> for SlotExpiry {
     }
 }
 
-/// Counts the bytes serde writes, without buffering them.
-struct Counter(usize);
-
-impl io::Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// An [`IdempotencyStore`] in the memory of one process.
 ///
 /// Bounded by entries and by bytes (a `moka` cache with a weigher: each record weighs its
@@ -122,7 +110,7 @@ impl io::Write for Counter {
 /// Clones share the same records.
 #[derive(Clone)]
 pub struct InMemoryIdempotencyStore {
-    cache: Cache<String, Slot>,
+    cache: Cache<String, Slot, FastState>,
     min_weight: u64,
 }
 
@@ -160,7 +148,7 @@ impl InMemoryIdempotencyStore {
             .weigher(|_k: &String, v: &Slot| v.weight)
             .expire_after(SlotExpiry)
             .eviction_policy(EvictionPolicy::lru())
-            .build();
+            .build_with_hasher(FastState::default());
         InMemoryIdempotencyStore { cache, min_weight }
     }
 
@@ -180,10 +168,8 @@ impl InMemoryIdempotencyStore {
     }
 
     fn slot(&self, key: &str, record: IdempotencyRecord, ttl: Duration) -> Slot {
-        let mut c = Counter(key.len());
-        // Serialising into a counter cannot fail for a record (string keys, no NaN).
-        let _ = serde_json::to_writer(&mut c, &record);
-        let weight = (c.0 as u64).max(self.min_weight).min(u64::from(u32::MAX));
+        let bytes = key.len().saturating_add(serialized_len(&record));
+        let weight = (bytes as u64).max(self.min_weight).min(u64::from(u32::MAX));
         Slot {
             record: Arc::new(record),
             deadline: Instant::now() + ttl,

@@ -1,8 +1,8 @@
 //! [`ProvenanceLayer`]: configuration only.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use toolshield_core::hash::FastHashMap;
 use toolshield_core::ConfigError;
 use tower_layer::Layer;
 
@@ -13,7 +13,7 @@ use crate::service::ProvenanceService;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Settings {
     pub(crate) source: Option<Arc<str>>,
-    pub(crate) sources: HashMap<Box<str>, Arc<str>>,
+    pub(crate) sources: FastHashMap<Box<str>, Arc<str>>,
     pub(crate) digest: bool,
 }
 

@@ -45,7 +45,6 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -56,6 +55,7 @@ use jsonschema::Validator;
 use pin_project_lite::pin_project;
 use serde_json::Value;
 use toolshield_core::config::Problems;
+use toolshield_core::hash::{FastHashMap, FastState};
 use toolshield_core::{ConfigError, ToolError, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -76,7 +76,7 @@ pub enum Unknown {
 /// Compiled schemas, one per tool. Cheap to clone.
 #[derive(Clone)]
 pub struct Schemas {
-    by_tool: Arc<HashMap<Arc<str>, Validator>>,
+    by_tool: Arc<FastHashMap<Arc<str>, Validator>>,
     unknown: Unknown,
 }
 
@@ -167,7 +167,8 @@ impl SchemasBuilder {
     /// tool given twice.
     pub fn build(self) -> Result<Schemas, ConfigError> {
         let mut problems = Problems::new();
-        let mut by_tool = HashMap::with_capacity(self.schemas.len());
+        let mut by_tool =
+            FastHashMap::with_capacity_and_hasher(self.schemas.len(), FastState::default());
         for (tool, schema) in self.schemas {
             let field = format!("tools.{tool}.schema");
             if by_tool.contains_key(&tool) {
