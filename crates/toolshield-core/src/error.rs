@@ -236,6 +236,11 @@ impl ToolError {
         self
     }
 
+    /// Records, in place, how many attempts were made before this error was returned.
+    pub fn set_attempts(&mut self, attempts: u32) {
+        self.attempts = attempts;
+    }
+
     /// Records how many attempts were made before this error was returned.
     pub fn with_attempts(mut self, attempts: u32) -> Self {
         self.attempts = attempts;

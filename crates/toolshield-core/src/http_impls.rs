@@ -35,6 +35,7 @@ pub struct HttpCallState {
     tokens: CallTokens,
     deadline: Option<Instant>,
     attempt: u32,
+    retry_reason: Option<ErrorKind>,
     kind: Option<CallKind>,
 }
 
@@ -51,6 +52,7 @@ impl HttpCallState {
             tokens: CallTokens::new(),
             deadline: None,
             attempt: 1,
+            retry_reason: None,
             kind: None,
         }
     }
@@ -206,6 +208,16 @@ impl<B> ShieldRequest for http::Request<B> {
         let state = state_mut(self.extensions_mut());
         state.tokens = state.tokens.next_attempt();
         state.attempt = attempt;
+    }
+
+    fn retry_reason(&self) -> Option<ErrorKind> {
+        self.extensions()
+            .get::<HttpCallState>()
+            .and_then(|s| s.retry_reason)
+    }
+
+    fn set_retry_reason(&mut self, kind: ErrorKind) {
+        state_mut(self.extensions_mut()).retry_reason = Some(kind);
     }
 
     fn extensions(&self) -> &Extensions {

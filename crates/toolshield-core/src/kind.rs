@@ -35,6 +35,30 @@ impl CallKind {
     pub const fn is_cacheable(self) -> bool {
         matches!(self, CallKind::ReadOnly)
     }
+
+    /// The stricter of two kinds (`Mutating` > `Idempotent` > `ReadOnly`): what a call is
+    /// treated as when its request and its tool's configuration disagree.
+    ///
+    /// ```
+    /// use toolshield_core::CallKind;
+    ///
+    /// assert_eq!(CallKind::ReadOnly.stricter(CallKind::Mutating), CallKind::Mutating);
+    /// assert_eq!(CallKind::Idempotent.stricter(CallKind::ReadOnly), CallKind::Idempotent);
+    /// ```
+    pub const fn stricter(self, other: CallKind) -> CallKind {
+        const fn rank(kind: CallKind) -> u8 {
+            match kind {
+                CallKind::ReadOnly => 0,
+                CallKind::Idempotent => 1,
+                CallKind::Mutating => 2,
+            }
+        }
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 impl std::fmt::Display for CallKind {

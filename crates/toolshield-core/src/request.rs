@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::canonical::{cache_key_from_digest, payload_digest, Digest};
-use crate::{CallKind, CallTokens, ToolError};
+use crate::{CallKind, CallTokens, ErrorKind, ToolError};
 
 /// Who asked for a call and under which trace: shared by every clone of a request.
 #[derive(Debug, Clone)]
@@ -32,11 +32,22 @@ struct Payload {
     digest: OnceLock<Result<Digest, ToolError>>,
 }
 
+/// What every clone of a request shares, behind one `Arc`: cloning a request is one
+/// reference-count increment. The rare changes (a builder call on a shared request, the
+/// fresh attempt token of a retry) copy this small struct, never the payload.
+#[derive(Clone)]
+struct Shared {
+    tool: Arc<str>,
+    payload: Arc<Payload>,
+    meta: RequestMeta,
+    tokens: CallTokens,
+}
+
 /// A call of a tool: what to call, with what, of which side-effect class, under which
 /// trace, cancellable, with an optional deadline.
 ///
-/// Cloning is cheap: the payload and metadata sit behind `Arc`s, so retry, cache and
-/// idempotency layers hold copies without copying the payload. The canonical payload
+/// Cloning is cheap: the tool name, payload, metadata and tokens sit behind one `Arc`, so
+/// retry, cache and idempotency layers hold copies for one reference-count increment. The canonical payload
 /// digest ([`payload_digest`](ToolRequest::payload_digest)) is computed once and shared
 /// by every clone.
 ///
@@ -60,14 +71,13 @@ struct Payload {
 /// assert_eq!(req.meta().caller_id.as_deref(), Some("agent-7"));
 /// ```
 pub struct ToolRequest {
-    tool: Arc<str>,
-    payload: Arc<Payload>,
-    kind: CallKind,
+    shared: Arc<Shared>,
+    // `None` until the caller (or the tool's configuration) declares it: `Mutating`.
+    kind: Option<CallKind>,
     idempotency_key: Option<Arc<str>>,
     execution_id: Uuid,
     attempt: u32,
-    meta: Arc<RequestMeta>,
-    tokens: CallTokens,
+    retry_reason: Option<ErrorKind>,
     deadline: Option<Instant>,
     extensions: Extensions,
 }
@@ -76,22 +86,25 @@ impl ToolRequest {
     /// A call of `tool` with `payload`, of kind [`CallKind::Mutating`] until told otherwise.
     pub fn new(tool: impl Into<Arc<str>>, payload: Value) -> Self {
         ToolRequest {
-            tool: tool.into(),
-            payload: Arc::new(Payload {
-                value: payload,
-                digest: OnceLock::new(),
+            shared: Arc::new(Shared {
+                tool: tool.into(),
+                payload: Arc::new(Payload {
+                    value: payload,
+                    digest: OnceLock::new(),
+                }),
+                meta: RequestMeta {
+                    caller_id: None,
+                    trace_id: None,
+                    run_id: None,
+                    started_at: Utc::now(),
+                },
+                tokens: CallTokens::new(),
             }),
-            kind: CallKind::default(),
+            kind: None,
             idempotency_key: None,
             execution_id: Uuid::new_v4(),
             attempt: 1,
-            meta: Arc::new(RequestMeta {
-                caller_id: None,
-                trace_id: None,
-                run_id: None,
-                started_at: Utc::now(),
-            }),
-            tokens: CallTokens::new(),
+            retry_reason: None,
             deadline: None,
             extensions: Extensions::new(),
         }
@@ -101,25 +114,25 @@ impl ToolRequest {
 
     /// Sets the side-effect class.
     pub fn kind(mut self, kind: CallKind) -> Self {
-        self.kind = kind;
+        self.kind = Some(kind);
         self
     }
 
     /// Sets the caller id.
     pub fn caller(mut self, caller_id: impl Into<Arc<str>>) -> Self {
-        Arc::make_mut(&mut self.meta).caller_id = Some(caller_id.into());
+        Arc::make_mut(&mut self.shared).meta.caller_id = Some(caller_id.into());
         self
     }
 
     /// Sets the trace id.
     pub fn trace_id(mut self, trace_id: impl Into<Arc<str>>) -> Self {
-        Arc::make_mut(&mut self.meta).trace_id = Some(trace_id.into());
+        Arc::make_mut(&mut self.shared).meta.trace_id = Some(trace_id.into());
         self
     }
 
     /// Sets the run id.
     pub fn run_id(mut self, run_id: impl Into<Arc<str>>) -> Self {
-        Arc::make_mut(&mut self.meta).run_id = Some(run_id.into());
+        Arc::make_mut(&mut self.shared).meta.run_id = Some(run_id.into());
         self
     }
 
@@ -131,7 +144,7 @@ impl ToolRequest {
 
     /// Uses the caller's cancellation token; the tool will see a child of it.
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
-        self.tokens = CallTokens::with_call(token);
+        Arc::make_mut(&mut self.shared).tokens = CallTokens::with_call(token);
         self
     }
 
@@ -151,22 +164,38 @@ impl ToolRequest {
 
     /// The tool name.
     pub fn tool(&self) -> &str {
-        &self.tool
+        &self.shared.tool
     }
 
     /// The tool name, shared.
     pub fn tool_arc(&self) -> &Arc<str> {
-        &self.tool
+        &self.shared.tool
     }
 
     /// The payload (the tool's arguments).
     pub fn payload(&self) -> &Value {
-        &self.payload.value
+        &self.shared.payload.value
     }
 
     /// The side-effect class.
     pub fn call_kind(&self) -> CallKind {
+        self.kind.unwrap_or_default()
+    }
+
+    /// The side-effect class the request declares, if any (without one it is treated as
+    /// [`CallKind::Mutating`]).
+    pub fn declared_kind(&self) -> Option<CallKind> {
         self.kind
+    }
+
+    /// Applies the side-effect class a tool is configured with: a request that declares
+    /// none takes `kind`; one that declares another keeps the stricter of the two
+    /// ([`CallKind::stricter`]), so neither side can make a call less safe.
+    pub fn apply_tool_kind(&mut self, kind: CallKind) {
+        self.kind = Some(match self.kind {
+            Some(declared) => declared.stricter(kind),
+            None => kind,
+        });
     }
 
     /// The idempotency key, given or derived.
@@ -190,29 +219,40 @@ impl ToolRequest {
         self.attempt
     }
 
+    /// Why the previous attempt failed (set by the retry layer on every attempt after the
+    /// first); `None` on a first attempt.
+    pub fn retry_reason(&self) -> Option<ErrorKind> {
+        self.retry_reason
+    }
+
+    /// Records why the previous attempt failed.
+    pub fn set_retry_reason(&mut self, kind: ErrorKind) {
+        self.retry_reason = Some(kind);
+    }
+
     /// Caller, trace, run and start time.
     pub fn meta(&self) -> &RequestMeta {
-        &self.meta
+        &self.shared.meta
     }
 
     /// The call token: cancelling it cancels the whole call.
     pub fn call_token(&self) -> &CancellationToken {
-        self.tokens.call()
+        self.shared.tokens.call()
     }
 
     /// The attempt token: the child token the tool watches.
     pub fn attempt_token(&self) -> &CancellationToken {
-        self.tokens.attempt()
+        self.shared.tokens.attempt()
     }
 
     /// Both tokens, behind one `Arc` (cloning it takes no lock).
     pub fn call_tokens(&self) -> &CallTokens {
-        &self.tokens
+        &self.shared.tokens
     }
 
     /// Whether the caller has cancelled the call.
     pub fn is_cancelled(&self) -> bool {
-        self.tokens.call().is_cancelled()
+        self.shared.tokens.call().is_cancelled()
     }
 
     /// The deadline of the whole call, if any.
@@ -246,22 +286,24 @@ impl ToolRequest {
 
     /// SHA-256 of the RFC 8785 canonical payload, computed once and shared by every clone.
     pub fn payload_digest(&self) -> Result<Digest, ToolError> {
-        self.payload
+        let payload = &self.shared.payload;
+        payload
             .digest
-            .get_or_init(|| payload_digest(&self.payload.value))
+            .get_or_init(|| payload_digest(&payload.value))
             .clone()
     }
 
     /// `{tool}:{payload digest}`, the cache key of DESIGN §4.
     pub fn cache_key(&self) -> Result<String, ToolError> {
-        Ok(cache_key_from_digest(&self.tool, &self.payload_digest()?))
+        Ok(cache_key_from_digest(self.tool(), &self.payload_digest()?))
     }
 
     /// Starts attempt number `attempt`: a fresh execution id, and from the second attempt
     /// on a fresh attempt token (the previous one may have been cancelled by a timeout).
     pub fn begin_attempt(&mut self, attempt: u32) {
         if attempt > 1 && attempt != self.attempt {
-            self.tokens = self.tokens.next_attempt();
+            let next = self.shared.tokens.next_attempt();
+            Arc::make_mut(&mut self.shared).tokens = next;
         }
         self.attempt = attempt;
         self.execution_id = Uuid::new_v4();
@@ -271,14 +313,12 @@ impl ToolRequest {
 impl Clone for ToolRequest {
     fn clone(&self) -> Self {
         ToolRequest {
-            tool: Arc::clone(&self.tool),
-            payload: Arc::clone(&self.payload),
+            shared: Arc::clone(&self.shared),
             kind: self.kind,
             idempotency_key: self.idempotency_key.clone(),
             execution_id: self.execution_id,
             attempt: self.attempt,
-            meta: Arc::clone(&self.meta),
-            tokens: self.tokens.clone(),
+            retry_reason: self.retry_reason,
             deadline: self.deadline,
             extensions: self.extensions.clone(),
         }
@@ -289,14 +329,14 @@ impl fmt::Debug for ToolRequest {
     // The payload is deliberately left out: payload values must never reach logs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolRequest")
-            .field("tool", &self.tool)
-            .field("kind", &self.kind)
+            .field("tool", &self.shared.tool)
+            .field("kind", &self.call_kind())
             .field("execution_id", &self.execution_id)
             .field("attempt", &self.attempt)
             .field("has_idempotency_key", &self.idempotency_key.is_some())
-            .field("trace_id", &self.meta.trace_id)
+            .field("trace_id", &self.shared.meta.trace_id)
             .field("deadline", &self.deadline)
-            .field("cancelled", &self.tokens.call().is_cancelled())
+            .field("cancelled", &self.shared.tokens.call().is_cancelled())
             .finish_non_exhaustive()
     }
 }

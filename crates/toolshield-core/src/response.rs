@@ -68,11 +68,14 @@ impl ToolResponse {
     }
 
     /// Whether the output reports a failure in-band, MCP style: `{"isError": true, ...}`.
+    #[inline]
     pub fn is_error(&self) -> bool {
-        self.output
-            .get("isError")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        // Only an object can carry the flag; checked inline, as every layer that
+        // classifies a success asks.
+        match &self.output {
+            Value::Object(map) => map.get("isError").and_then(Value::as_bool).unwrap_or(false),
+            _ => false,
+        }
     }
 }
 

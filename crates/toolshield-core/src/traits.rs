@@ -58,6 +58,18 @@ pub trait ShieldRequest {
     /// Starts attempt `attempt` (fresh execution id, fresh attempt token).
     fn begin_attempt(&mut self, attempt: u32);
 
+    /// Why the previous attempt failed: set by the retry layer on the copy it sends as the
+    /// next attempt, `None` on a first attempt. The default keeps nothing.
+    fn retry_reason(&self) -> Option<ErrorKind> {
+        None
+    }
+
+    /// Records why the previous attempt failed (the retry layer calls it after
+    /// [`begin_attempt`](Self::begin_attempt)). The default does nothing.
+    fn set_retry_reason(&mut self, kind: ErrorKind) {
+        let _ = kind;
+    }
+
     /// Typed extensions.
     fn extensions(&self) -> &Extensions;
 
@@ -101,6 +113,12 @@ impl ShieldRequest for ToolRequest {
     }
     fn begin_attempt(&mut self, attempt: u32) {
         ToolRequest::begin_attempt(self, attempt)
+    }
+    fn retry_reason(&self) -> Option<ErrorKind> {
+        ToolRequest::retry_reason(self)
+    }
+    fn set_retry_reason(&mut self, kind: ErrorKind) {
+        ToolRequest::set_retry_reason(self, kind)
     }
     fn extensions(&self) -> &Extensions {
         ToolRequest::extensions(self)

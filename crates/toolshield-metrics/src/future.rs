@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use toolshield_core::{ErrorKind, ShieldResponse, ToolError};
 use tracing::Span;
 
-use crate::handles::{LastFailure, Shared};
+use crate::handles::Shared;
 use crate::names::Status;
 
 /// What a finished call or attempt was, read once from its result.
@@ -172,24 +172,16 @@ pin_project! {
         #[pin]
         inner: F,
         tool: usize,
-        last: Option<LastFailure>,
         span: Span,
         shared: Arc<Shared>,
     }
 }
 
 impl<F> AttemptFuture<F> {
-    pub(crate) fn new(
-        inner: F,
-        tool: usize,
-        last: Option<LastFailure>,
-        span: Span,
-        shared: Arc<Shared>,
-    ) -> Self {
+    pub(crate) fn new(inner: F, tool: usize, span: Span, shared: Arc<Shared>) -> Self {
         AttemptFuture {
             inner,
             tool,
-            last,
             span,
             shared,
         }
@@ -220,9 +212,6 @@ where
         };
         let f = facts(&result);
         this.shared.attempts(*this.tool, f.status).increment(1);
-        if let (Some(kind), Some(last)) = (f.failure, this.last.as_ref()) {
-            last.set(kind);
-        }
         let span = &*this.span;
         if !span.is_disabled() {
             span.record("outcome", f.status.as_str());

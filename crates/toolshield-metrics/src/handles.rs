@@ -1,10 +1,9 @@
 //! The bounded tool set and the metric handles cached per tool and label value.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use metrics::{Counter, Histogram, Key, Label};
+use toolshield_core::hash::FastHashMap;
 use toolshield_core::ErrorKind;
 
 use crate::names::*;
@@ -17,7 +16,7 @@ const SCAN_MAX: usize = 8;
 #[derive(Debug)]
 pub(crate) struct ToolNames {
     names: Vec<Arc<str>>,
-    map: HashMap<Arc<str>, usize>,
+    map: FastHashMap<Arc<str>, usize>,
 }
 
 impl ToolNames {
@@ -29,7 +28,7 @@ impl ToolNames {
                 .map(|(i, n)| (Arc::clone(n), i))
                 .collect()
         } else {
-            HashMap::new()
+            FastHashMap::default()
         };
         ToolNames { names, map }
     }
@@ -78,9 +77,6 @@ pub(crate) struct Shared {
     pub(crate) target: MetricsTarget,
     pub(crate) cache_misses: bool,
     pub(crate) spans: bool,
-    /// Set once an attempt layer was made: the outer layer then gives each call a slot
-    /// for the code of its last failed attempt.
-    pub(crate) has_attempt_layer: AtomicBool,
 }
 
 fn key(name: &'static str, tool: &str, label: Option<(&'static str, &'static str)>) -> Key {
@@ -106,7 +102,6 @@ impl Shared {
             target,
             cache_misses,
             spans,
-            has_attempt_layer: AtomicBool::new(false),
         }
     }
 
@@ -163,8 +158,9 @@ impl Shared {
         self.counter(cell, TOOL_ERRORS_TOTAL, tool, Some(("code", kind.code())))
     }
 
-    /// `code` is `UNKNOWN` when the attempt layer runs without the outer layer (nothing
-    /// carries the previous failure from one attempt to the next).
+    /// `code` is the failure that made the retry layer start this attempt
+    /// ([`ShieldRequest::retry_reason`](toolshield_core::ShieldRequest::retry_reason)),
+    /// `UNKNOWN` for a request type that does not carry it.
     pub(crate) fn retries(&self, tool: usize, kind: Option<ErrorKind>) -> &Counter {
         match kind {
             Some(kind) => {
@@ -258,23 +254,4 @@ pub(crate) fn describe(target: &MetricsTarget) {
         Some(Unit::Count),
         "Tool calls replayed from an idempotency record.",
     );
-}
-
-/// The code of the last failed attempt of one logical call, shared by the request clones
-/// the retry layer makes (0 = none yet, else 1 + index in `ErrorKind::ALL`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LastFailure(pub(crate) Arc<AtomicU8>);
-
-impl LastFailure {
-    pub(crate) fn set(&self, kind: ErrorKind) {
-        // At most 15 codes: the index fits in a u8.
-        self.0.store(code_index(kind) as u8 + 1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn get(&self) -> Option<ErrorKind> {
-        match self.0.load(Ordering::Relaxed) {
-            0 => None,
-            n => ErrorKind::ALL.get(usize::from(n) - 1).copied(),
-        }
-    }
 }

@@ -1,7 +1,6 @@
 //! [`MetricsLayer`] (once per logical call) and [`AttemptMetricsLayer`] (once per
 //! attempt), with their [`MetricsConfig`].
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -131,7 +130,6 @@ impl MetricsLayer {
     /// The per-attempt layer sharing this layer's handles: place it inside the retry
     /// layer (`retry > attempt metrics > breaker > attempt timeout > tool`).
     pub fn attempt_layer(&self) -> AttemptMetricsLayer {
-        self.shared.has_attempt_layer.store(true, Ordering::Relaxed);
         AttemptMetricsLayer {
             shared: Arc::clone(&self.shared),
         }

@@ -1,6 +1,5 @@
 //! [`Metrics`] and [`AttemptMetrics`]: wrap the inner service.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -11,7 +10,7 @@ use tracing::field::Empty;
 use tracing::Span;
 
 use crate::future::{AttemptFuture, ResponseFuture};
-use crate::handles::{LastFailure, Shared};
+use crate::handles::Shared;
 
 /// Records the metrics and span of each logical call; built by
 /// [`MetricsLayer`](crate::MetricsLayer).
@@ -57,13 +56,10 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, mut req: Req) -> Self::Future {
+    fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
         let tool = shared.tools.index(req.tool());
         let read_only = req.call_kind() == CallKind::ReadOnly;
-        if shared.has_attempt_layer.load(Ordering::Relaxed) {
-            req.extensions_mut().insert(LastFailure::default());
-        }
         let span = if shared.spans {
             let meta = req.request_meta();
             tracing::info_span!(
@@ -137,11 +133,8 @@ where
         let shared = &self.shared;
         let tool = shared.tools.index(req.tool());
         let attempt = req.attempt();
-        let last = req.extensions().get::<LastFailure>().cloned();
         if attempt > 1 {
-            shared
-                .retries(tool, last.as_ref().and_then(LastFailure::get))
-                .increment(1);
+            shared.retries(tool, req.retry_reason()).increment(1);
         }
         let span = if shared.spans {
             tracing::info_span!(
@@ -158,6 +151,6 @@ where
             let _entered = span.enter();
             self.inner.call(req)
         };
-        AttemptFuture::new(future, tool, last, span, Arc::clone(shared))
+        AttemptFuture::new(future, tool, span, Arc::clone(shared))
     }
 }

@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep, Instant, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use toolshield_core::{
-    AttemptGuard, Classify, ErrorKind, Outcome, ShieldRequest, ShieldResponse, ToolError,
+    AttemptGuard, Classify, ErrorKind, Failure, Outcome, ShieldRequest, ShieldResponse, ToolError,
 };
 use tower_service::Service;
 
@@ -33,6 +33,8 @@ pin_project! {
         shared: Arc<Shared<P>>,
         attempt: u32,
         previous_wait: Duration,
+        // Why the attempt that just ended failed, for the next attempt's request.
+        reason: Option<ErrorKind>,
         // Cancels the attempt token this future created if it is dropped mid-attempt;
         // disarmed when the attempt completes.
         guard: Option<AttemptGuard>,
@@ -72,6 +74,7 @@ where
             shared,
             attempt: 1,
             previous_wait: Duration::ZERO,
+            reason: None,
             guard: None,
         }
     }
@@ -100,21 +103,20 @@ enum Next {
     Done,
     /// Return `CANCELLED`: the caller gave up.
     Cancelled,
-    /// Try again after this wait.
-    Retry(Duration),
+    /// Try again after this wait; the attempt failed with this kind.
+    Retry(Duration, ErrorKind),
 }
 
+#[inline]
 fn finish<Res: ShieldResponse>(
-    result: Result<Res, ToolError>,
+    mut result: Result<Res, ToolError>,
     attempts: u32,
 ) -> Result<Res, ToolError> {
-    match result {
-        Ok(mut res) => {
-            res.set_attempts(attempts);
-            Ok(res)
-        }
-        Err(e) => Err(e.with_attempts(attempts)),
+    match &mut result {
+        Ok(res) => res.set_attempts(attempts),
+        Err(e) => e.set_attempts(attempts),
     }
+    result
 }
 
 fn cancelled_error(attempts: u32) -> ToolError {
@@ -122,7 +124,8 @@ fn cancelled_error(attempts: u32) -> ToolError {
 }
 
 /// Decides whether attempt `attempt`, which ended with `result`, is retried, and after
-/// which wait.
+/// which wait. The common case (anything but a retriable failure) stays inline.
+#[inline]
 fn decide<Req, Res, P>(
     shared: &Shared<P>,
     request: Option<&Req>,
@@ -134,10 +137,28 @@ where
     Req: ShieldRequest,
     P: Classify<Res>,
 {
-    let failure = match shared.classifier.classify(result) {
-        Outcome::Failure(f) if f.retriable => f,
-        _ => return Next::Done,
-    };
+    match shared.classifier.classify(result) {
+        Outcome::Failure(failure) if failure.retriable => {
+            plan_retry(shared, request, attempt, previous_wait, failure)
+        }
+        _ => Next::Done,
+    }
+}
+
+/// A retriable failure: whether the attempt limit, the request copy, the caller's token,
+/// the deadline and the budget allow another attempt, and after which wait.
+#[cold]
+#[inline(never)]
+fn plan_retry<Req, P>(
+    shared: &Shared<P>,
+    request: Option<&Req>,
+    attempt: u32,
+    previous_wait: Duration,
+    failure: Failure,
+) -> Next
+where
+    Req: ShieldRequest,
+{
     if attempt >= shared.max_attempts {
         shared.stats.record_exhausted();
         return Next::Done;
@@ -196,7 +217,7 @@ where
         code = failure.kind.code(),
         "retrying tool call"
     );
-    Next::Retry(wait)
+    Next::Retry(wait, failure.kind)
 }
 
 impl<S, Req, Res, P> Future for ResponseFuture<S, Req, P>
@@ -229,8 +250,9 @@ where
                     match next {
                         Next::Done => return Poll::Ready(finish(result, attempt)),
                         Next::Cancelled => return Poll::Ready(Err(cancelled_error(attempt))),
-                        Next::Retry(wait) => {
+                        Next::Retry(wait, kind) => {
                             *this.previous_wait = wait;
+                            *this.reason = Some(kind);
                             if this.cancelled.is_none() {
                                 let token =
                                     this.request.as_ref().and_then(|r| r.call_token()).cloned();
@@ -281,6 +303,9 @@ where
                     };
                     *this.attempt = next_attempt;
                     request.begin_attempt(next_attempt);
+                    if let Some(kind) = *this.reason {
+                        request.set_retry_reason(kind);
+                    }
                     *this.guard = request.call_tokens().map(|t| t.guard_attempt());
                     let future = this.service.call(request);
                     this.state.set(State::Calling { future });

@@ -21,7 +21,7 @@
 //!
 //! A tool section is merged field by field over `defaults`: `retry = { max_attempts = 4 }`
 //! changes only the number of attempts. Loading reports every problem at once, each with
-//! its path (`tools.weather.retry.backoff: min 900ms > max 500ms`), whether the problem
+//! its path (`tools.weather.retry.backoff.min: min 900ms > max 500ms`), whether the problem
 //! is a wrong type, an unknown field, a failed check of one layer, or a rule across
 //! layers.
 //!
@@ -52,8 +52,12 @@ use toolshield_timeout::TimeoutConfig;
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolConfig {
-    /// The side-effect class: `read_only`, `idempotent` or `mutating` (the default).
-    pub kind: CallKind,
+    /// The side-effect class of the tool: `read_only`, `idempotent` or `mutating`. When set,
+    /// [`Shield::wrap`](crate::Shield::wrap) applies it to every call: a request that
+    /// declares no kind takes it, one that declares another keeps the stricter of the two
+    /// ([`CallKind::stricter`]). Unset (the default), each request's own kind decides, and a
+    /// request without one is `mutating`.
+    pub kind: Option<CallKind>,
     /// Attempt timeout, soft threshold, whole-call deadline.
     pub timeout: TimeoutConfig,
     /// Attempts, backoff, rate-limit wait, retry budget.
@@ -356,10 +360,13 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
             ),
         );
     }
-    if !tool.cache.ttl.is_zero() && tool.kind != CallKind::ReadOnly {
+    if !tool.cache.ttl.is_zero() && tool.kind != Some(CallKind::ReadOnly) {
+        let kind = tool
+            .kind
+            .map_or("not declared (mutating)", CallKind::as_str);
         p.push(
             format!("{path}.cache.ttl"),
-            format_args!("only read_only tools are cached, this one is {}", tool.kind),
+            format_args!("only read_only tools are cached, this one is {kind}"),
         );
     }
     if let (true, Some(schema)) = (own(|a, b| a.schema == b.schema), &tool.schema) {

@@ -1,7 +1,7 @@
 //! The default stack from one [`ShieldConfig`], [`Shield`], around any
 //! `Service<ToolRequest>`, and a [`ToolRouter`] dispatching calls by tool name.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use toolshield_breaker::{BreakerLayer, BreakerRegistry};
 use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, CacheStore, InMemoryCacheStore};
 use toolshield_cancel::CancelLayer;
+use toolshield_core::hash::FastHashMap;
 use toolshield_core::{ConfigError, ErrorKind, ToolError, ToolRequest, ToolResponse, ToolService};
 use toolshield_fallback::FallbackLayer;
 use toolshield_idempotency::{
@@ -23,7 +24,7 @@ use toolshield_provenance::ProvenanceLayer;
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use toolshield_validate::{Schemas, ValidateLayer};
-use tower::util::{BoxCloneSyncService, Either};
+use tower::util::{BoxCloneSyncService, Either, MapRequestLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::config::{ShieldConfig, ToolConfig};
@@ -305,7 +306,18 @@ impl Shield {
             exporter.add_collector(FallbackMetrics::new(tool, chain.stats(), exporter.target()));
         }
         let l = self.tools.get(tool).unwrap_or(&self.defaults).clone();
+        let kind = self
+            .config
+            .tools
+            .get(tool)
+            .map_or(self.config.defaults.kind, |t| t.kind);
         let stack = ServiceBuilder::new()
+            .option_layer(kind.map(|kind| {
+                MapRequestLayer::new(move |mut req: ToolRequest| {
+                    req.apply_tool_kind(kind);
+                    req
+                })
+            }))
             .layer(self.metrics.clone())
             .layer(self.provenance.clone())
             .layer(CancelLayer::new())
@@ -326,8 +338,8 @@ impl Shield {
     pub fn router(&self) -> RouterBuilder {
         RouterBuilder {
             shield: Some(self.clone()),
-            tools: HashMap::new(),
-            servers: HashMap::new(),
+            tools: FastHashMap::default(),
+            servers: FastHashMap::default(),
         }
     }
 }
@@ -335,8 +347,8 @@ impl Shield {
 /// Builds a [`ToolRouter`].
 pub struct RouterBuilder {
     shield: Option<Shield>,
-    tools: HashMap<Arc<str>, BoxTool>,
-    servers: HashMap<Arc<str>, BoxTool>,
+    tools: FastHashMap<Arc<str>, BoxTool>,
+    servers: FastHashMap<Arc<str>, BoxTool>,
 }
 
 impl fmt::Debug for RouterBuilder {
@@ -353,8 +365,8 @@ impl RouterBuilder {
     pub fn unshielded() -> Self {
         RouterBuilder {
             shield: None,
-            tools: HashMap::new(),
-            servers: HashMap::new(),
+            tools: FastHashMap::default(),
+            servers: FastHashMap::default(),
         }
     }
 
@@ -419,8 +431,8 @@ impl RouterBuilder {
 }
 
 struct Routes {
-    tools: HashMap<Arc<str>, BoxTool>,
-    servers: HashMap<Arc<str>, BoxTool>,
+    tools: FastHashMap<Arc<str>, BoxTool>,
+    servers: FastHashMap<Arc<str>, BoxTool>,
 }
 
 impl Routes {

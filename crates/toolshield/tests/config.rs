@@ -16,7 +16,7 @@ fn the_shipped_config_loads_and_merges_tools_over_defaults() {
     let cfg = ShieldConfig::from_toml_str(&text).unwrap();
     assert!(cfg.enabled);
     let weather = cfg.tool("weather");
-    assert_eq!(weather.kind, CallKind::ReadOnly);
+    assert_eq!(weather.kind, Some(CallKind::ReadOnly));
     assert_eq!(weather.cache.ttl, Duration::from_secs(300));
     assert_eq!(weather.retry.max_attempts, 4);
     // untouched fields of a section come from the defaults, not from the layer's default
@@ -31,7 +31,7 @@ fn the_shipped_config_loads_and_merges_tools_over_defaults() {
     );
     assert_eq!(search.timeout.total, Some(Duration::from_secs(30)));
     let pay = cfg.tool("pay");
-    assert_eq!(pay.kind, CallKind::Mutating);
+    assert_eq!(pay.kind, Some(CallKind::Mutating));
     assert!(pay.schema.is_some());
     // a tool without a section gets the defaults
     assert_eq!(cfg.tool("unknown").timeout.attempt, Duration::from_secs(10));
@@ -132,7 +132,7 @@ fn environment_overrides_apply_by_path() {
 fn json_works_too_and_unknown_sections_are_named() {
     let cfg =
         ShieldConfig::from_json_str(r#"{"tools": {"weather": {"kind": "read_only"}}}"#).unwrap();
-    assert_eq!(cfg.tool("weather").kind, CallKind::ReadOnly);
+    assert_eq!(cfg.tool("weather").kind, Some(CallKind::ReadOnly));
     let err =
         ShieldConfig::from_json_str(r#"{"tols": {}, "tools": {"w": {"retyr": {}}}}"#).unwrap_err();
     let fields: Vec<&str> = err.problems().iter().map(|p| p.field.as_str()).collect();
