@@ -48,9 +48,10 @@ pin_project! {
             #[pin]
             future: F,
         },
+        // Boxed: only a retry pays for the timer, and the future a first attempt moves
+        // around stays small.
         Backoff {
-            #[pin]
-            sleep: Sleep,
+            sleep: Pin<Box<Sleep>>,
         },
         WaitReady,
     }
@@ -263,7 +264,9 @@ where
                             if wait.is_zero() {
                                 this.state.set(State::WaitReady);
                             } else {
-                                this.state.set(State::Backoff { sleep: sleep(wait) });
+                                this.state.set(State::Backoff {
+                                    sleep: Box::pin(sleep(wait)),
+                                });
                             }
                         }
                     }
@@ -275,7 +278,7 @@ where
                             return Poll::Ready(Err(cancelled_error(*this.attempt)));
                         }
                     }
-                    ready!(sleep.poll(cx));
+                    ready!(sleep.as_mut().poll(cx));
                     this.state.set(State::WaitReady);
                 }
                 StateProj::WaitReady => {
