@@ -1,15 +1,15 @@
-//! The bounded in-memory [`CacheStore`], on `moka`.
+//! The bounded in-memory [`CacheStore`]: sharded maps with CLOCK eviction.
 
 use std::future::ready;
-use std::sync::Arc;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use moka::policy::Expiry;
-use moka::sync::Cache;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use toolshield_core::config::{ConfigError, Problems};
-use toolshield_core::hash::FastState;
+use toolshield_core::hash::{FastHashMap, FastState};
 use toolshield_core::size::response_weight;
 use toolshield_core::ToolResponse;
 
@@ -53,57 +53,134 @@ impl MemoryCacheConfig {
     }
 }
 
-#[derive(Clone)]
-struct Slot {
+/// At most this many shards; fewer when `max_entries` is smaller, so that every shard
+/// holds at least one entry.
+const MAX_SHARDS: usize = 16;
+
+/// One cached response.
+struct Entry {
+    key: Arc<str>,
     response: Arc<ToolResponse>,
-    /// Checked on read against tokio's clock (paused-clock tests); moka's own expiry runs
-    /// on the real clock and only frees memory.
+    /// Checked against tokio's clock, so paused-clock tests see entries expire.
     deadline: Instant,
-    ttl: Duration,
-    weight: u32,
+    weight: u64,
+    /// Set by every read, cleared by the clock hand: a read entry gets a second chance.
+    referenced: AtomicBool,
 }
 
-struct SlotExpiry;
+/// A part of the store with its own lock and its own share of both bounds.
+struct Shard {
+    index: FastHashMap<Arc<str>, usize>,
+    /// The clock: entries in insertion slots, `None` for a free slot.
+    slots: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    hand: usize,
+    bytes: u64,
+    max_entries: usize,
+    max_bytes: u64,
+}
 
-impl Expiry<String, Slot> for SlotExpiry {
-    fn expire_after_create(
-        &self,
-        _k: &String,
-        v: &Slot,
-        _at: std::time::Instant,
-    ) -> Option<Duration> {
-        Some(v.ttl)
+impl Shard {
+    fn new(max_entries: usize, max_bytes: u64) -> Self {
+        Shard {
+            index: FastHashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            hand: 0,
+            bytes: 0,
+            max_entries,
+            max_bytes,
+        }
     }
 
-    fn expire_after_update(
-        &self,
-        _k: &String,
-        v: &Slot,
-        _at: std::time::Instant,
-        _left: Option<Duration>,
-    ) -> Option<Duration> {
-        Some(v.ttl)
+    fn remove_at(&mut self, pos: usize) -> Option<Entry> {
+        let entry = self.slots.get_mut(pos)?.take()?;
+        self.index.remove(&entry.key);
+        self.bytes -= entry.weight;
+        self.free.push(pos);
+        Some(entry)
     }
+
+    fn remove(&mut self, key: &str) -> Option<Entry> {
+        let pos = *self.index.get(key)?;
+        self.remove_at(pos)
+    }
+
+    /// Evicts until one more entry of `weight` bytes fits: expired entries first as the
+    /// hand meets them, then entries not read since the hand last passed (CLOCK).
+    fn make_room(&mut self, weight: u64, now: Instant) {
+        while !self.index.is_empty()
+            && (self.index.len() >= self.max_entries || self.bytes + weight > self.max_bytes)
+        {
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+            }
+            let pos = self.hand;
+            self.hand += 1;
+            let evict = match &self.slots[pos] {
+                None => false,
+                Some(e) if now >= e.deadline => true,
+                Some(e) => !e.referenced.swap(false, Ordering::Relaxed),
+            };
+            if evict {
+                self.remove_at(pos);
+            }
+        }
+    }
+
+    fn insert(&mut self, entry: Entry) {
+        self.bytes += entry.weight;
+        let key = Arc::clone(&entry.key);
+        let pos = match self.free.pop() {
+            Some(pos) => {
+                self.slots[pos] = Some(entry);
+                pos
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(key, pos);
+    }
+
+    fn purge_expired(&mut self, now: Instant) {
+        for pos in 0..self.slots.len() {
+            if self.slots[pos].as_ref().is_some_and(|e| now >= e.deadline) {
+                self.remove_at(pos);
+            }
+        }
+    }
+}
+
+struct Inner {
+    shards: Box<[RwLock<Shard>]>,
+    hasher: FastState,
 }
 
 /// A [`CacheStore`] in the memory of one process.
 ///
-/// Bounded by entries and by bytes: a `moka` cache whose weigher gives each entry its key
-/// plus its output's compact JSON length plus its provenance record
-/// ([`response_weight`]), and at least `max_bytes / max_entries`, so neither bound can be passed.
-/// Eviction is moka's TinyLFU (frequently read entries survive a flood of one-off keys),
-/// TTL is per entry, and moka is safe under any concurrency. Clones share the entries.
+/// Bounded by entries and by bytes, each entry weighing its key plus its output's compact
+/// JSON length plus its provenance record ([`response_weight`]). Both bounds hold after
+/// every write: a write first evicts what it needs to fit. The keys are spread over up to
+/// 16 shards, each with its own lock and an equal share of both bounds (so a skewed key
+/// set may evict a little before the totals are reached).
+///
+/// Eviction is CLOCK (second chance): every read marks its entry, the clock hand clears
+/// marks and evicts the first entry it finds unmarked, or expired. An entry read at least
+/// once per turn of the hand survives any flood of one-off keys. TTL is per entry and
+/// checked on every read against tokio's clock. Clones share the entries.
 #[derive(Clone)]
 pub struct InMemoryCacheStore {
-    cache: Cache<String, Slot, FastState>,
-    min_weight: u64,
+    inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for InMemoryCacheStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InMemoryCacheStore")
-            .field("entries", &self.cache.entry_count())
-            .field("weighted_size", &self.cache.weighted_size())
+            .field("shards", &self.inner.shards.len())
+            .field("entries", &self.entry_count())
+            .field("weighted_size", &self.weighted_size())
             .finish()
     }
 }
@@ -127,70 +204,128 @@ impl InMemoryCacheStore {
     }
 
     fn build(config: &MemoryCacheConfig) -> Self {
-        let min_weight = config.max_bytes.max(1).div_ceil(config.max_entries.max(1));
-        let cache = Cache::builder()
-            .initial_capacity(
-                usize::try_from(config.max_entries)
-                    .unwrap_or(usize::MAX)
-                    .min(1 << 20)
-                    .saturating_mul(2),
-            )
-            .max_capacity(config.max_bytes.max(1))
-            .weigher(|_k: &String, v: &Slot| v.weight)
-            .expire_after(SlotExpiry)
-            .build_with_hasher(FastState::default());
-        InMemoryCacheStore { cache, min_weight }
+        let max_entries = usize::try_from(config.max_entries.max(1)).unwrap_or(usize::MAX);
+        // A power of two no larger than the entry bound: each shard holds at least one.
+        let shards = if max_entries >= MAX_SHARDS {
+            MAX_SHARDS
+        } else {
+            1 << max_entries.ilog2()
+        };
+        let per_shard_entries = max_entries / shards;
+        let per_shard_bytes = (config.max_bytes.max(1) / shards as u64).max(1);
+        InMemoryCacheStore {
+            inner: Arc::new(Inner {
+                shards: (0..shards)
+                    .map(|_| RwLock::new(Shard::new(per_shard_entries, per_shard_bytes)))
+                    .collect(),
+                hasher: FastState::default(),
+            }),
+        }
     }
 
-    /// The number of entries (approximate until [`run_pending_tasks`](Self::run_pending_tasks)).
+    fn shard(&self, key: &str) -> &RwLock<Shard> {
+        let shards = &self.inner.shards;
+        // `shards.len()` is a power of two.
+        let h = self.inner.hasher.hash_one(key) as usize;
+        &shards[h & (shards.len() - 1)]
+    }
+
+    fn read(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
+        shard.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+        shard.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The number of entries, expired ones not yet evicted included.
     pub fn entry_count(&self) -> u64 {
-        self.cache.entry_count()
+        self.inner
+            .shards
+            .iter()
+            .map(|s| Self::read(s).index.len() as u64)
+            .sum()
     }
 
-    /// The weighted size in bytes (approximate until [`run_pending_tasks`](Self::run_pending_tasks)).
+    /// The weighted size in bytes of the entries [`entry_count`](Self::entry_count) counts.
     pub fn weighted_size(&self) -> u64 {
-        self.cache.weighted_size()
+        self.inner.shards.iter().map(|s| Self::read(s).bytes).sum()
     }
 
-    /// Runs the cache's pending maintenance (eviction, expiry) now.
-    pub fn run_pending_tasks(&self) {
-        self.cache.run_pending_tasks();
+    /// Frees every expired entry now (otherwise they go when read, or when the clock hand
+    /// meets them).
+    pub fn purge_expired(&self) {
+        let now = Instant::now();
+        for shard in self.inner.shards.iter() {
+            Self::write(shard).purge_expired(now);
+        }
     }
 
     /// The live entry under `key`, without a future (what [`CacheStore::get`] does).
     pub fn get_now(&self, key: &str) -> Option<CacheLookup> {
         let now = Instant::now();
-        let slot = self.cache.get(key)?;
-        if now >= slot.deadline {
-            return None;
-        }
+        let shard = self.shard(key);
+        let (response, deadline) =
+            {
+                let guard = Self::read(shard);
+                let pos = *guard.index.get(key)?;
+                let entry = guard.slots.get(pos)?.as_ref()?;
+                if now >= entry.deadline {
+                    None
+                } else {
+                    entry.referenced.store(true, Ordering::Relaxed);
+                    Some((Arc::clone(&entry.response), entry.deadline))
+                }
+            }
+            .or_else(|| {
+                // Expired: free it now rather than when the hand comes round.
+                let mut guard = Self::write(shard);
+                if guard.index.get(key).is_some_and(|&pos| {
+                    guard.slots[pos].as_ref().is_some_and(|e| now >= e.deadline)
+                }) {
+                    guard.remove(key);
+                }
+                None
+            })?;
         Some(CacheLookup {
-            response: (*slot.response).clone(),
-            ttl_left: slot.deadline - now,
+            response: (*response).clone(),
+            ttl_left: deadline - now,
         })
     }
 
-    /// Stores `response` under `key` for `ttl`, without a future.
+    /// Stores `response` under `key` for `ttl`, without a future. A response heavier than
+    /// a shard's share of `max_bytes` is not stored (and replaces no older entry).
     pub fn put_now(&self, key: &str, mut response: ToolResponse, ttl: Duration) {
         if ttl.is_zero() {
             return;
         }
         response.extensions = Default::default();
-        let bytes = key.len().saturating_add(response_weight(&response));
-        let weight = (bytes as u64).max(self.min_weight).min(u64::from(u32::MAX));
-        let slot = Slot {
+        let weight = key.len().saturating_add(response_weight(&response)) as u64;
+        let now = Instant::now();
+        let shard = self.shard(key);
+        let mut guard = Self::write(shard);
+        // The old entry goes first, whatever happens to the new one: never serve a
+        // response older than the one just written.
+        guard.remove(key);
+        if weight > guard.max_bytes {
+            return;
+        }
+        guard.make_room(weight, now);
+        guard.insert(Entry {
+            key: Arc::from(key),
             response: Arc::new(response),
-            deadline: Instant::now() + ttl,
-            ttl,
-            weight: u32::try_from(weight).unwrap_or(u32::MAX),
-        };
-        self.cache.insert(key.to_owned(), slot);
+            deadline: now + ttl,
+            weight,
+            referenced: AtomicBool::new(false),
+        });
     }
 
-    /// Deletes the entry under `key`, without a future.
+    /// Deletes the entry under `key`, without a future; `true` if a live entry was there.
     pub fn remove_now(&self, key: &str) -> bool {
         let now = Instant::now();
-        self.cache.remove(key).is_some_and(|s| now < s.deadline)
+        Self::write(self.shard(key))
+            .remove(key)
+            .is_some_and(|e| now < e.deadline)
     }
 }
 

@@ -29,7 +29,6 @@ fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
     for i in 0..1_000_000u32 {
         store.put_now(&format!("cache:{{flood}}:{i}"), resp.clone(), ttl);
         if i % 10_000 == 9_999 {
-            store.run_pending_tasks();
             assert!(
                 store.entry_count() <= cfg.max_entries,
                 "entries {} > bound at {i}",
@@ -42,7 +41,6 @@ fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
             );
         }
     }
-    store.run_pending_tasks();
     assert!(store.entry_count() <= cfg.max_entries);
     assert!(store.entry_count() > 0);
 }
@@ -62,13 +60,84 @@ fn the_byte_bound_holds_for_large_entries() {
             std::time::Duration::from_secs(60),
         );
     }
-    store.run_pending_tasks();
     assert!(store.weighted_size() <= cfg.max_bytes);
     assert!(
         store.entry_count() <= 10,
         "10 KB entries in a 100 KB budget: {}",
         store.entry_count()
     );
+}
+
+#[test]
+fn entries_read_once_per_turn_survive_a_flood_of_one_off_keys() {
+    let cfg = MemoryCacheConfig {
+        max_entries: 1_600,
+        max_bytes: 100_000_000,
+    };
+    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    let resp = ToolResponse::new(json!({"temp": 21}));
+    let ttl = std::time::Duration::from_secs(3600);
+    let hot: Vec<String> = (0..50).map(|i| format!("hot:{i}")).collect();
+    for key in &hot {
+        store.put_now(key, resp.clone(), ttl);
+    }
+    // 100,000 one-off keys, the hot set read after every 100 (far less than a turn of
+    // any shard's clock).
+    for i in 0..100_000u32 {
+        store.put_now(&format!("once:{i}"), resp.clone(), ttl);
+        if i % 100 == 99 {
+            for key in &hot {
+                assert!(store.get_now(key).is_some(), "{key} evicted at {i}");
+            }
+        }
+    }
+    assert!(store.entry_count() <= cfg.max_entries);
+    // Without reads, the same keys would have gone long ago.
+    assert!(store.get_now("once:0").is_none());
+}
+
+#[test]
+fn an_entry_larger_than_its_share_is_not_stored_and_replaces_nothing() {
+    let cfg = MemoryCacheConfig {
+        max_entries: 16,
+        max_bytes: 16_000,
+    };
+    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    let ttl = std::time::Duration::from_secs(60);
+    store.put_now("k", ToolResponse::new(json!(1)), ttl);
+    assert!(store.get_now("k").is_some());
+    // Each of the 16 shards holds 1,000 bytes: a 5,000-byte response does not fit.
+    store.put_now("k", ToolResponse::new(json!("x".repeat(5_000))), ttl);
+    assert!(
+        store.get_now("k").is_none(),
+        "the older response is not served in place of the newer one"
+    );
+    assert_eq!(store.entry_count(), 0);
+    assert_eq!(store.weighted_size(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_entries_are_freed_by_a_read_or_a_purge() {
+    let store = InMemoryCacheStore::new();
+    let resp = ToolResponse::new(json!({"temp": 21}));
+    store.put_now("a", resp.clone(), std::time::Duration::from_secs(10));
+    store.put_now("b", resp.clone(), std::time::Duration::from_secs(10));
+    store.put_now("c", resp, std::time::Duration::from_secs(60));
+    tokio::time::advance(std::time::Duration::from_secs(11)).await;
+    assert_eq!(
+        store.entry_count(),
+        3,
+        "nothing is freed before it is looked at"
+    );
+    assert!(store.get_now("a").is_none());
+    assert_eq!(store.entry_count(), 2, "the expired entry read is freed");
+    store.purge_expired();
+    assert_eq!(
+        store.entry_count(),
+        1,
+        "the purge frees the other expired entry"
+    );
+    assert!(store.get_now("c").is_some());
 }
 
 #[test]
