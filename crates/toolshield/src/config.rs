@@ -192,8 +192,15 @@ impl ShieldConfig {
             Value::Object(tools) => {
                 for (name, tool_value) in tools {
                     let path = format!("tools.{name}");
-                    if name.is_empty() {
-                        p.push("tools", "a tool name must not be empty");
+                    if name.trim().is_empty() {
+                        p.push("tools", "a tool name must not be empty or blank");
+                        continue;
+                    }
+                    if name == "other" {
+                        p.push(
+                            path,
+                            "`other` is reserved: the metrics label of unregistered tools",
+                        );
                         continue;
                     }
                     let own = section_map(tool_value, &path, &mut p);

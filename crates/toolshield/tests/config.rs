@@ -139,3 +139,13 @@ fn json_works_too_and_unknown_sections_are_named() {
     assert_eq!(fields, ["tols", "tools.w.retyr"], "{err}");
     assert!(ShieldConfig::from_toml_str("enabled = [").is_err());
 }
+
+#[test]
+fn blank_and_reserved_tool_names_are_rejected_when_loading() {
+    let err =
+        ShieldConfig::from_toml_str("[tools.\" \"]\n[tools.other]\n[tools.ok]\n").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("must not be empty or blank"), "{text}");
+    assert!(text.contains("tools.other: `other` is reserved"), "{text}");
+    assert_eq!(err.problems().len(), 2, "{text}");
+}
