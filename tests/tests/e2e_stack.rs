@@ -458,6 +458,68 @@ async fn router_dispatches_by_name_mcp_servers_by_prefix_and_unknown_is_not_foun
     }
 }
 
+#[tokio::test]
+async fn a_server_route_takes_its_sections_kind_cache_schema_and_metrics_label() {
+    let exporter = toolshield::metrics::local_prometheus();
+    let s = shield(
+        r#"
+[tools.github]
+kind = "read_only"
+cache = { ttl = "1m" }
+schema = { type = "object", required = ["repo"] }
+"#,
+    )
+    .with_metrics(&exporter)
+    .unwrap();
+    let calls = counter();
+    let github = scripted(&calls, |_, req| async move {
+        Ok(ToolResponse::new(json!(req.tool().to_owned())))
+    });
+    let router = s.router().server("github", github).build();
+    let call = |tool: &str, payload: Value| router.clone().oneshot(ToolRequest::new(tool, payload));
+
+    let first = call("github__list_issues", json!({"repo": "a/b"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.output,
+        json!("github__list_issues"),
+        "the tool sees its full name"
+    );
+    let again = call("github__list_issues", json!({"repo": "a/b"}))
+        .await
+        .unwrap();
+    assert!(
+        again.provenance.cache_hit,
+        "the server section's kind and cache apply"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    let sibling = call("github__list_prs", json!({"repo": "a/b"}))
+        .await
+        .unwrap();
+    assert!(
+        !sibling.provenance.cache_hit,
+        "each tool of the server has its own entries"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    let invalid = call("github__list_prs", json!({})).await.unwrap_err();
+    assert_eq!(
+        invalid.kind(),
+        ErrorKind::InvalidInput,
+        "the server section's schema"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    let text = exporter.render();
+    assert!(
+        text.contains(r#"tool_execution_total{tool="github",status="success"} 3"#),
+        "calls are labelled with the server's section, not `other`: {text}"
+    );
+    assert!(!text.contains(r#"tool="other""#), "{text}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn fallback_tier_answers_when_the_breaker_is_open_and_the_hand_over_is_a_metric() {
     let exporter = toolshield::metrics::local_prometheus();

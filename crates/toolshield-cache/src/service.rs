@@ -120,7 +120,7 @@ where
         if !req.call_kind().is_cacheable() {
             return ResponseFuture::passthrough(self.inner.call(req));
         }
-        let policy = self.shared.policy_for(req.tool());
+        let policy = self.shared.policy_for(req.settings_name());
         let Some(key) = key_for(&req, &policy) else {
             return ResponseFuture::passthrough(self.inner.call(req));
         };

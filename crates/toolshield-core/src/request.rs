@@ -78,6 +78,8 @@ pub struct ToolRequest {
     execution_id: Uuid,
     attempt: u32,
     retry_reason: Option<ErrorKind>,
+    // The configuration section that governs the call when it is not the tool's own.
+    section: Option<Arc<str>>,
     deadline: Option<Instant>,
     extensions: Extensions,
 }
@@ -105,6 +107,7 @@ impl ToolRequest {
             execution_id: Uuid::new_v4(),
             attempt: 1,
             retry_reason: None,
+            section: None,
             deadline: None,
             extensions: Extensions::new(),
         }
@@ -170,6 +173,21 @@ impl ToolRequest {
     /// The tool name, shared.
     pub fn tool_arc(&self) -> &Arc<str> {
         &self.shared.tool
+    }
+
+    /// The name of the configuration section that governs this call: the tool name,
+    /// unless the call was routed to a whole server (an MCP-style `server__tool` call
+    /// registered with `RouterBuilder::server`), whose section is the server's. Layers
+    /// shared by every tool (cache policy, schema, metrics label) look settings up by
+    /// this name; keys (cache, idempotency, breaker) keep the full tool name.
+    pub fn settings_name(&self) -> &str {
+        self.section.as_deref().unwrap_or(&self.shared.tool)
+    }
+
+    /// Names the configuration section that governs this call (see
+    /// [`settings_name`](Self::settings_name)).
+    pub fn set_settings_name(&mut self, section: Arc<str>) {
+        self.section = Some(section);
     }
 
     /// The payload (the tool's arguments).
@@ -319,6 +337,7 @@ impl Clone for ToolRequest {
             execution_id: self.execution_id,
             attempt: self.attempt,
             retry_reason: self.retry_reason,
+            section: self.section.clone(),
             deadline: self.deadline,
             extensions: self.extensions.clone(),
         }

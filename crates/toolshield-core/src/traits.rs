@@ -17,6 +17,13 @@ pub trait ShieldRequest {
     /// key on it by default; metrics label with it.
     fn tool(&self) -> &str;
 
+    /// The name under which per-tool settings are looked up (a metrics label, say); the
+    /// tool name unless the request type says otherwise
+    /// ([`ToolRequest::settings_name`]).
+    fn settings_name(&self) -> &str {
+        self.tool()
+    }
+
     /// The side-effect class.
     fn call_kind(&self) -> CallKind;
 
@@ -86,6 +93,9 @@ pub trait ShieldRequest {
 impl ShieldRequest for ToolRequest {
     fn tool(&self) -> &str {
         ToolRequest::tool(self)
+    }
+    fn settings_name(&self) -> &str {
+        ToolRequest::settings_name(self)
     }
     fn call_kind(&self) -> CallKind {
         ToolRequest::call_kind(self)

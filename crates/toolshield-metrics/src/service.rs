@@ -58,7 +58,7 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
-        let tool = shared.tools.index(req.tool());
+        let tool = shared.tools.index(req.settings_name());
         let read_only = req.call_kind() == CallKind::ReadOnly;
         let span = if shared.spans {
             let meta = req.request_meta();
@@ -131,7 +131,7 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
-        let tool = shared.tools.index(req.tool());
+        let tool = shared.tools.index(req.settings_name());
         let attempt = req.attempt();
         if attempt > 1 {
             shared.retries(tool, req.retry_reason()).increment(1);

@@ -253,7 +253,7 @@ where
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
-        match self.schemas.check(req.tool(), req.payload()) {
+        match self.schemas.check(req.settings_name(), req.payload()) {
             Ok(()) => ResponseFuture {
                 state: State::Inner {
                     inner: self.inner.call(req),

@@ -299,6 +299,25 @@ impl Shield {
     where
         S: ToolService,
     {
+        self.stack(tool, service, fallback, Route::Tool)
+    }
+
+    /// The default stack with `section`'s settings around `service`, for one tool or,
+    /// with [`Route::Server`], for every `{section}__{tool}` call of a server.
+    fn stack<S>(
+        &self,
+        tool: &str,
+        service: S,
+        fallback: Option<FallbackLayer>,
+        route: Route,
+    ) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
+           + Clone
+           + Send
+           + Sync
+           + 'static
+    where
+        S: ToolService,
+    {
         if !self.config.enabled {
             return Either::Right(service);
         }
@@ -311,13 +330,22 @@ impl Shield {
             .tools
             .get(tool)
             .map_or(self.config.defaults.kind, |t| t.kind);
-        let stack = ServiceBuilder::new()
-            .option_layer(kind.map(|kind| {
-                MapRequestLayer::new(move |mut req: ToolRequest| {
+        // A server's calls carry their full names: the layers shared by every tool look
+        // their settings up under the server's section.
+        let section: Option<Arc<str>> = (route == Route::Server).then(|| Arc::from(tool));
+        let prepare = (kind.is_some() || section.is_some()).then(|| {
+            MapRequestLayer::new(move |mut req: ToolRequest| {
+                if let Some(section) = &section {
+                    req.set_settings_name(Arc::clone(section));
+                }
+                if let Some(kind) = kind {
                     req.apply_tool_kind(kind);
-                    req
-                })
-            }))
+                }
+                req
+            })
+        });
+        let stack = ServiceBuilder::new()
+            .option_layer(prepare)
             .layer(self.metrics.clone())
             .layer(self.provenance.clone())
             .layer(CancelLayer::new())
@@ -375,7 +403,7 @@ impl RouterBuilder {
     where
         S: ToolService,
     {
-        let svc = self.shielded(tool, service, None);
+        let svc = self.shielded(tool, service, None, Route::Tool);
         self.tools.insert(Arc::from(tool), svc);
         self
     }
@@ -386,11 +414,10 @@ impl RouterBuilder {
         name: &str,
         service: S,
         fallback: Option<FallbackLayer>,
+        route: Route,
     ) -> BoxTool {
         match (&self.shield, fallback) {
-            (Some(shield), fallback) => {
-                BoxTool::new(shield.wrap_with_fallback(name, service, fallback))
-            }
+            (Some(shield), fallback) => BoxTool::new(shield.stack(name, service, fallback, route)),
             (None, Some(fallback)) => BoxTool::new(fallback.layer(service)),
             (None, None) => BoxTool::new(service),
         }
@@ -401,20 +428,23 @@ impl RouterBuilder {
     where
         S: ToolService,
     {
-        let svc = self.shielded(tool, service, Some(fallback));
+        let svc = self.shielded(tool, service, Some(fallback), Route::Tool);
         self.tools.insert(Arc::from(tool), svc);
         self
     }
 
     /// Registers an MCP-style server: every call named `{server}__{tool}` that has no
     /// route of its own goes to `service` (with its full name), behind the shield with
-    /// the settings of the section named `server`. Breakers still key on the full tool
-    /// name, so one failing tool does not open the breaker of its siblings.
+    /// the settings of the section named `server`: kind, timeouts, retry, breaker
+    /// settings, idempotency, cache policy and schema, and the metrics `tool` label is
+    /// `server` ([`ToolRequest::settings_name`]). Keys stay per tool: breakers, cache
+    /// entries and idempotency records use the full tool name, so one failing tool does
+    /// not open the breaker of its siblings.
     pub fn server<S>(mut self, server: &str, service: S) -> Self
     where
         S: ToolService,
     {
-        let svc = self.shielded(server, service, None);
+        let svc = self.shielded(server, service, None, Route::Server);
         self.servers.insert(Arc::from(server), svc);
         self
     }
@@ -428,6 +458,13 @@ impl RouterBuilder {
             }),
         }
     }
+}
+
+/// What a stack is built for: one tool, or every `{server}__{tool}` call of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Tool,
+    Server,
 }
 
 struct Routes {
