@@ -24,7 +24,7 @@ use toolshield_provenance::ProvenanceLayer;
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use toolshield_validate::{Schemas, ValidateLayer};
-use tower::util::{BoxCloneSyncService, Either, MapRequestLayer};
+use tower::util::{BoxCloneSyncService, Either, MapRequest, MapRequestLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::config::{ShieldConfig, ToolConfig};
@@ -299,25 +299,6 @@ impl Shield {
     where
         S: ToolService,
     {
-        self.stack(tool, service, fallback, Route::Tool)
-    }
-
-    /// The default stack with `section`'s settings around `service`, for one tool or,
-    /// with [`Route::Server`], for every `{section}__{tool}` call of a server.
-    fn stack<S>(
-        &self,
-        tool: &str,
-        service: S,
-        fallback: Option<FallbackLayer>,
-        route: Route,
-    ) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
-           + Clone
-           + Send
-           + Sync
-           + 'static
-    where
-        S: ToolService,
-    {
         if !self.config.enabled {
             return Either::Right(service);
         }
@@ -330,22 +311,13 @@ impl Shield {
             .tools
             .get(tool)
             .map_or(self.config.defaults.kind, |t| t.kind);
-        // A server's calls carry their full names: the layers shared by every tool look
-        // their settings up under the server's section.
-        let section: Option<Arc<str>> = (route == Route::Server).then(|| Arc::from(tool));
-        let prepare = (kind.is_some() || section.is_some()).then(|| {
-            MapRequestLayer::new(move |mut req: ToolRequest| {
-                if let Some(section) = &section {
-                    req.set_settings_name(Arc::clone(section));
-                }
-                if let Some(kind) = kind {
-                    req.apply_tool_kind(kind);
-                }
-                req
-            })
-        });
         let stack = ServiceBuilder::new()
-            .option_layer(prepare)
+            .option_layer(kind.map(|kind| {
+                MapRequestLayer::new(move |mut req: ToolRequest| {
+                    req.apply_tool_kind(kind);
+                    req
+                })
+            }))
             .layer(self.metrics.clone())
             .layer(self.provenance.clone())
             .layer(CancelLayer::new())
@@ -403,7 +375,7 @@ impl RouterBuilder {
     where
         S: ToolService,
     {
-        let svc = self.shielded(tool, service, None, Route::Tool);
+        let svc = self.shielded(tool, service, None);
         self.tools.insert(Arc::from(tool), svc);
         self
     }
@@ -414,10 +386,11 @@ impl RouterBuilder {
         name: &str,
         service: S,
         fallback: Option<FallbackLayer>,
-        route: Route,
     ) -> BoxTool {
         match (&self.shield, fallback) {
-            (Some(shield), fallback) => BoxTool::new(shield.stack(name, service, fallback, route)),
+            (Some(shield), fallback) => {
+                BoxTool::new(shield.wrap_with_fallback(name, service, fallback))
+            }
             (None, Some(fallback)) => BoxTool::new(fallback.layer(service)),
             (None, None) => BoxTool::new(service),
         }
@@ -428,7 +401,7 @@ impl RouterBuilder {
     where
         S: ToolService,
     {
-        let svc = self.shielded(tool, service, Some(fallback), Route::Tool);
+        let svc = self.shielded(tool, service, Some(fallback));
         self.tools.insert(Arc::from(tool), svc);
         self
     }
@@ -444,7 +417,14 @@ impl RouterBuilder {
     where
         S: ToolService,
     {
-        let svc = self.shielded(server, service, None, Route::Server);
+        let svc = self.shielded(server, service, None);
+        // The calls carry their full names; the layers shared by every tool look their
+        // settings up under the server's section.
+        let section: Arc<str> = Arc::from(server);
+        let svc = BoxTool::new(MapRequest::new(svc, move |mut req: ToolRequest| {
+            req.set_settings_name(Arc::clone(&section));
+            req
+        }));
         self.servers.insert(Arc::from(server), svc);
         self
     }
@@ -458,13 +438,6 @@ impl RouterBuilder {
             }),
         }
     }
-}
-
-/// What a stack is built for: one tool, or every `{server}__{tool}` call of a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
-    Tool,
-    Server,
 }
 
 struct Routes {
