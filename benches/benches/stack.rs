@@ -4,6 +4,7 @@
 //!
 //! Every entry builds one fresh `ToolRequest` per call with a distinct ~200-byte payload,
 //! so the cache misses and the payload digest is computed each time, as on a real miss.
+//! One more entry runs the same stack for a read-only tool without a cache.
 
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
@@ -28,13 +29,16 @@ timeout = { attempt = "30s", soft = "2s", total = "60s" }
 [tools.weather]
 kind = "read_only"
 cache = { ttl = "10m" }
+
+[tools.quote]
+kind = "read_only"
 "#;
 
 /// A distinct payload per call: the cache always misses.
-fn next_request(counter: &AtomicU64, base: &Value) -> ToolRequest {
+fn next_request(tool: &str, counter: &AtomicU64, base: &Value) -> ToolRequest {
     let mut payload = base.clone();
     payload["n"] = Value::from(counter.fetch_add(1, Ordering::Relaxed));
-    ToolRequest::new("weather", payload).kind(CallKind::ReadOnly)
+    ToolRequest::new(tool, payload).kind(CallKind::ReadOnly)
 }
 
 async fn call<S>(svc: &mut S, req: ToolRequest)
@@ -58,7 +62,7 @@ fn stack(c: &mut Criterion) {
 
     group.bench_function("bare", |b| {
         b.to_async(&rt).iter(|| {
-            let req = next_request(&counter, &base);
+            let req = next_request("weather", &counter, &base);
             async move { call(&mut BareTool, req).await }
         })
     });
@@ -72,7 +76,18 @@ fn stack(c: &mut Criterion) {
     group.bench_function("toolshield_default_stack", |b| {
         b.to_async(&rt).iter(|| {
             let mut svc = shielded.clone();
-            let req = next_request(&counter, &base);
+            let req = next_request("weather", &counter, &base);
+            async move { call(&mut svc, req).await }
+        })
+    });
+
+    // The same stack for a read-only tool without a cache: what DESIGN §7's comparison
+    // with Polly's standard pipeline (which has no cache) measures.
+    let uncached = shield.wrap("quote", BareTool);
+    group.bench_function("toolshield_default_stack_no_cache", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = uncached.clone();
+            let req = next_request("quote", &counter, &base);
             async move { call(&mut svc, req).await }
         })
     });
@@ -101,7 +116,7 @@ fn stack(c: &mut Criterion) {
     group.bench_function("tower_resilience_stack", |b| {
         b.to_async(&rt).iter(|| {
             let mut svc = peer.clone();
-            let req = next_request(&counter, &base);
+            let req = next_request("weather", &counter, &base);
             async move { call(&mut svc, req).await }
         })
     });
