@@ -150,3 +150,45 @@ fn bounds_are_validated() {
     .expect_err("invalid");
     assert_eq!(err.problems().len(), 2);
 }
+
+#[test]
+fn bounds_hold_under_concurrent_writers_readers_and_removers() {
+    let cfg = MemoryCacheConfig {
+        max_entries: 500,
+        max_bytes: 200_000,
+    };
+    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    let ttl = std::time::Duration::from_secs(3600);
+    std::thread::scope(|scope| {
+        for t in 0..4u32 {
+            let store = store.clone();
+            scope.spawn(move || {
+                for i in 0..20_000u32 {
+                    let key = format!("k:{}", (i * 7 + t * 13) % 3_000);
+                    match i % 4 {
+                        0 | 1 => {
+                            let size = (i % 50) as usize * 20;
+                            let resp = ToolResponse::new(json!({"t": t, "pad": "x".repeat(size)}));
+                            store.put_now(&key, resp, ttl);
+                        }
+                        2 => {
+                            if let Some(hit) = store.get_now(&key) {
+                                assert!(hit.response.output.get("t").is_some());
+                            }
+                        }
+                        _ => {
+                            store.remove_now(&key);
+                        }
+                    }
+                    if i % 1_000 == 0 {
+                        assert!(store.entry_count() <= cfg.max_entries);
+                        assert!(store.weighted_size() <= cfg.max_bytes);
+                    }
+                }
+            });
+        }
+    });
+    assert!(store.entry_count() <= cfg.max_entries);
+    assert!(store.weighted_size() <= cfg.max_bytes);
+    assert!(store.entry_count() > 0);
+}
