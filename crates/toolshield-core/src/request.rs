@@ -202,6 +202,19 @@ impl ToolRequest {
 
     /// The side-effect class the request declares, if any (without one it is treated as
     /// [`CallKind::Mutating`]).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolshield_core::{CallKind, ToolRequest};
+    ///
+    /// let req = ToolRequest::new("lookup", json!({}));
+    /// assert_eq!(req.declared_kind(), None);
+    /// assert_eq!(req.call_kind(), CallKind::Mutating);
+    ///
+    /// let mut req = req.kind(CallKind::ReadOnly);
+    /// req.apply_tool_kind(CallKind::Idempotent);
+    /// assert_eq!(req.declared_kind(), Some(CallKind::Idempotent), "the stricter of the two");
+    /// ```
     pub fn declared_kind(&self) -> Option<CallKind> {
         self.kind
     }
