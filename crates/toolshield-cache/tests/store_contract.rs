@@ -5,6 +5,16 @@ use toolshield_cache::testing::contract;
 use toolshield_cache::{CacheStore, InMemoryCacheStore, MemoryCacheConfig};
 use toolshield_core::ToolResponse;
 
+/// A store with these bounds, and the bounds.
+fn bounded(max_entries: u64, max_bytes: u64) -> (MemoryCacheConfig, InMemoryCacheStore) {
+    let cfg = MemoryCacheConfig {
+        max_entries,
+        max_bytes,
+    };
+    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    (cfg, store)
+}
+
 #[tokio::test(start_paused = true)]
 async fn in_memory_store_passes_the_contract() {
     contract::run_all(InMemoryCacheStore::new).await;
@@ -19,11 +29,7 @@ async fn in_memory_store_as_trait_object_passes_the_contract() {
 
 #[test]
 fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
-    let cfg = MemoryCacheConfig {
-        max_entries: 1_000,
-        max_bytes: 1_000_000,
-    };
-    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    let (cfg, store) = bounded(1_000, 1_000_000);
     let resp = ToolResponse::new(json!({"temp": 21}));
     let ttl = std::time::Duration::from_secs(3600);
     for i in 0..1_000_000u32 {
@@ -47,11 +53,7 @@ fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
 
 #[test]
 fn the_byte_bound_holds_for_large_entries() {
-    let cfg = MemoryCacheConfig {
-        max_entries: 10_000,
-        max_bytes: 100_000,
-    };
-    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    let (cfg, store) = bounded(10_000, 100_000);
     let big = ToolResponse::new(json!({"blob": "x".repeat(10_000)}));
     for i in 0..1_000 {
         store.put_now(
@@ -70,11 +72,7 @@ fn the_byte_bound_holds_for_large_entries() {
 
 #[test]
 fn entries_read_once_per_turn_survive_a_flood_of_one_off_keys() {
-    let cfg = MemoryCacheConfig {
-        max_entries: 1_600,
-        max_bytes: 100_000_000,
-    };
-    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    let (cfg, store) = bounded(1_600, 100_000_000);
     let resp = ToolResponse::new(json!({"temp": 21}));
     let ttl = std::time::Duration::from_secs(3600);
     let hot: Vec<String> = (0..50).map(|i| format!("hot:{i}")).collect();
@@ -98,11 +96,7 @@ fn entries_read_once_per_turn_survive_a_flood_of_one_off_keys() {
 
 #[test]
 fn an_entry_larger_than_its_share_is_not_stored_and_replaces_nothing() {
-    let cfg = MemoryCacheConfig {
-        max_entries: 16,
-        max_bytes: 16_000,
-    };
-    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    let (_, store) = bounded(16, 16_000);
     let ttl = std::time::Duration::from_secs(60);
     store.put_now("k", ToolResponse::new(json!(1)), ttl);
     assert!(store.get_now("k").is_some());
@@ -153,11 +147,7 @@ fn bounds_are_validated() {
 
 #[test]
 fn bounds_hold_under_concurrent_writers_readers_and_removers() {
-    let cfg = MemoryCacheConfig {
-        max_entries: 500,
-        max_bytes: 200_000,
-    };
-    let store = InMemoryCacheStore::with_config(&cfg).expect("valid");
+    let (cfg, store) = bounded(500, 200_000);
     let ttl = std::time::Duration::from_secs(3600);
     std::thread::scope(|scope| {
         for t in 0..4u32 {
