@@ -112,6 +112,21 @@ impl Problems {
         });
     }
 
+    /// Records a problem at `field` when `d` is longer than [`MAX_DURATION`]: every
+    /// duration of every configuration is bounded, so no deadline computed from it can
+    /// overflow the clock.
+    pub fn check_duration(&mut self, d: std::time::Duration, field: impl Into<String>) {
+        self.check(
+            d <= MAX_DURATION,
+            field,
+            format_args!(
+                "{} is longer than the longest duration accepted ({})",
+                humantime_serde::re::humantime::format_duration(d),
+                humantime_serde::re::humantime::format_duration(MAX_DURATION)
+            ),
+        );
+    }
+
     /// Adds the problems of a nested config under `prefix`.
     pub fn extend(&mut self, prefix: &str, nested: Result<(), ConfigError>) {
         if let Err(e) = nested {
@@ -134,6 +149,19 @@ impl Problems {
             })
         }
     }
+}
+
+/// The longest duration any configuration or builder accepts: 366 days. Long enough for
+/// any TTL, lease or timeout a tool call needs, short enough that `now + d` never
+/// overflows a clock.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
+
+/// `now + d`, or `now + MAX_DURATION` when `d` is longer (or that overflows too, `now`
+/// itself pushed as far as it goes): the request path never panics on a duration.
+pub fn deadline_after(now: tokio::time::Instant, d: std::time::Duration) -> tokio::time::Instant {
+    now.checked_add(d.min(MAX_DURATION))
+        .or_else(|| now.checked_add(MAX_DURATION))
+        .unwrap_or(now)
 }
 
 /// Serde for `Duration` as human-readable text (`"30s"`, `"500ms"`, `"1h"`), for config

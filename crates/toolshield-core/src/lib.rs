@@ -38,6 +38,7 @@ mod envelope;
 mod error;
 pub mod hash;
 pub mod http_impls;
+pub mod keys;
 mod kind;
 mod request;
 mod response;
