@@ -36,6 +36,8 @@ mod classify;
 pub mod config;
 mod envelope;
 mod error;
+#[cfg(feature = "testing")]
+pub mod faults;
 pub mod hash;
 pub mod http_impls;
 pub mod keys;
