@@ -42,6 +42,11 @@ pub struct Provenance {
     pub response_digest: Option<Digest>,
     /// The fallback tier that answered; `None` when the primary service did.
     pub tier: Option<Arc<str>>,
+    /// The tool ran, but its idempotency record could not be written (the store failed
+    /// past the retry bound, or the claim was lost): a duplicate of this call may not be
+    /// answered from the record. Counted as `idempotency_unrecorded_total`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unrecorded: bool,
 }
 
 /// What a tool returned, with where it came from.

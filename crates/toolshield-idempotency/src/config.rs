@@ -72,6 +72,12 @@ pub struct IdempotencyConfig {
     pub max_poll_interval: Duration,
     /// What happens when the store cannot be reached.
     pub on_store_error: OnStoreError,
+    /// How long a call that ran keeps retrying to write its outcome record when the store
+    /// fails (renewing its lease meanwhile), at most until its lease is about to end. Past
+    /// it the key is marked `OUTCOME_UNKNOWN` where the store allows, and the response
+    /// says the result is unrecorded (`provenance.unrecorded`).
+    #[serde(with = "duration")]
+    pub record_retry: Duration,
 }
 
 impl Default for IdempotencyConfig {
@@ -88,6 +94,7 @@ impl Default for IdempotencyConfig {
             poll_interval: Duration::from_millis(50),
             max_poll_interval: Duration::from_millis(800),
             on_store_error: OnStoreError::FailClosed,
+            record_retry: Duration::from_secs(2),
         }
     }
 }
@@ -114,6 +121,18 @@ impl IdempotencyConfig {
             "poll_interval",
             "must be at least 1ms",
         );
+        for (d, field) in [
+            (self.key_window, "key_window"),
+            (self.record_ttl, "record_ttl"),
+            (self.failed_ttl, "failed_ttl"),
+            (self.lease, "lease"),
+            (self.wait_timeout, "wait_timeout"),
+            (self.poll_interval, "poll_interval"),
+            (self.max_poll_interval, "max_poll_interval"),
+            (self.record_retry, "record_retry"),
+        ] {
+            p.check_duration(d, field);
+        }
         p.check(
             self.poll_interval <= self.wait_timeout || self.on_pending == OnPending::FailFast,
             "poll_interval",

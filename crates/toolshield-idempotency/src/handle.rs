@@ -20,6 +20,7 @@ pub(crate) struct Counters {
     pub(crate) outcome_unknown: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) takeovers: AtomicU64,
+    pub(crate) unrecorded: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -45,8 +46,10 @@ pub struct IdempotencyCounts {
     pub outcome_unknown: u64,
     /// Store operations that failed.
     pub store_errors: u64,
-    /// Claims taken over from an owner whose lease had expired.
+    /// Claims taken over from an owner whose lease had expired without an outcome.
     pub takeovers: u64,
+    /// Calls that ran but whose result could not be recorded (`provenance.unrecorded`).
+    pub unrecorded: u64,
 }
 
 pub(crate) struct Shared {
@@ -83,35 +86,67 @@ impl IdempotencyHandle {
             outcome_unknown: l(&c.outcome_unknown),
             store_errors: l(&c.store_errors),
             takeovers: l(&c.takeovers),
+            unrecorded: l(&c.unrecorded),
         }
     }
 
-    /// The key the layer uses for `req` (given, caller-scoped, or derived), or `None` when
-    /// the layer would not dedupe it.
+    /// The storage key of the record the layer uses for `req` (given or derived key,
+    /// scoped by caller as configured), or `None` when the layer would not dedupe it.
     pub fn key_for(&self, req: &ToolRequest) -> Result<Option<String>, ToolError> {
         let c = &self.shared.config;
-        Ok(resolve(req, c.derive_keys, c.key_window, c.scope_keys_by_caller)?.map(|k| k.key))
+        Ok(
+            resolve(req, c.derive_keys, c.key_window, c.scope_keys_by_caller)?
+                .map(|k| k.storage_key(req.tool())),
+        )
     }
 
-    /// The record of `key` for `tool`, if any.
+    /// The storage key of a given `key` of `tool`, for `caller` (or for calls without a
+    /// caller) as the layer's caller scoping says.
+    fn given_key(&self, tool: &str, caller: Option<&str>, key: &str) -> String {
+        let caller = caller.filter(|_| self.shared.config.scope_keys_by_caller);
+        storage_key(tool, caller, key)
+    }
+
+    /// The record of the given idempotency `key` of `tool`, sent by `caller` (`None` for
+    /// calls without a caller), if any.
     pub async fn record(
         &self,
         tool: &str,
+        caller: Option<&str>,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, ToolError> {
-        Ok(self.shared.store.get(&storage_key(tool, key)).await?)
+        let skey = self.given_key(tool, caller, key);
+        Ok(self.shared.store.get(&skey).await?)
     }
 
-    /// Clears the record of `key` for `tool` whatever its state (after reconciling an
-    /// `OUTCOME_UNKNOWN`, say). `Ok(true)` when there was one.
-    pub async fn forget(&self, tool: &str, key: &str) -> Result<bool, ToolError> {
-        Ok(self.shared.store.remove(&storage_key(tool, key)).await?)
+    /// The record `req` would use, if any.
+    pub async fn record_for(
+        &self,
+        req: &ToolRequest,
+    ) -> Result<Option<IdempotencyRecord>, ToolError> {
+        match self.key_for(req)? {
+            Some(skey) => Ok(self.shared.store.get(&skey).await?),
+            None => Ok(None),
+        }
+    }
+
+    /// Clears the record of the given idempotency `key` of `tool` sent by `caller`,
+    /// whatever its state (after reconciling an `OUTCOME_UNKNOWN`, say). `Ok(true)` when
+    /// there was one.
+    pub async fn forget(
+        &self,
+        tool: &str,
+        caller: Option<&str>,
+        key: &str,
+    ) -> Result<bool, ToolError> {
+        let skey = self.given_key(tool, caller, key);
+        Ok(self.shared.store.remove(&skey).await?)
     }
 
     /// Clears the record `req` would use.
     pub async fn forget_request(&self, req: &ToolRequest) -> Result<bool, ToolError> {
         match self.key_for(req)? {
-            Some(key) => self.forget(req.tool(), &key).await,
+            Some(skey) => Ok(self.shared.store.remove(&skey).await?),
             None => Ok(false),
         }
     }

@@ -1,24 +1,42 @@
 //! Idempotency keys: given, scoped by caller, or derived.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 use toolshield_core::{ToolError, ToolRequest};
 
-/// The storage key of a record: `idemp:{tool}:key`. The braces are a Redis Cluster hash
-/// tag, so every record of one tool lives in one slot.
+/// The storage key of a record: `idemp:{tool}:<scope>:<kind>:<key>`, built with the one
+/// injective encoding of [`toolshield_core::keys::storage_key`]: the caller (`scope`) is
+/// length-prefixed, a call without one has its own namespace (`-`), and given keys (`g:`)
+/// never share a record with derived ones (`d:`). The braces are a Redis Cluster hash tag,
+/// so every record of one tool lives in one slot.
 ///
 /// ```
-/// assert_eq!(toolshield_idempotency::storage_key("pay", "k1"), "idemp:{pay}:k1");
+/// use toolshield_idempotency::storage_key;
+///
+/// assert_eq!(storage_key("pay", Some("alice"), "order-1"), "idemp:{pay}:s5:alice:g:order-1");
+/// assert_eq!(storage_key("pay", None, "order-1"), "idemp:{pay}:-:g:order-1");
+/// // A caller-less key that looks like Alice's is not Alice's.
+/// assert_ne!(storage_key("pay", None, "alice/order-1"), storage_key("pay", Some("alice"), "order-1"));
 /// ```
-pub fn storage_key(tool: &str, key: &str) -> String {
-    let mut s = String::with_capacity(9 + tool.len() + key.len());
-    s.push_str("idemp:{");
-    s.push_str(tool);
-    s.push_str("}:");
-    s.push_str(key);
-    s
+pub fn storage_key(tool: &str, caller: Option<&str>, key: &str) -> String {
+    encode(tool, caller, KeySource::Given, key)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeySource {
+    Given,
+    Derived,
+}
+
+fn encode(tool: &str, caller: Option<&str>, source: KeySource, key: &str) -> String {
+    let mut k = String::with_capacity(2 + key.len());
+    k.push_str(match source {
+        KeySource::Given => "g:",
+        KeySource::Derived => "d:",
+    });
+    k.push_str(key);
+    toolshield_core::keys::storage_key("idemp", tool, caller, &k)
 }
 
 /// The derived key of seed 001: hex sha256 of tool, canonical payload digest, caller and
@@ -27,24 +45,48 @@ pub fn derive_key(req: &ToolRequest, window: Duration) -> Result<String, ToolErr
     let digest = req.payload_digest()?;
     let secs = req.meta().started_at.timestamp().max(0) as u64;
     let index = secs / window.as_secs().max(1);
+    // Every variable-length part is length-prefixed, and an absent caller is told from an
+    // empty one, so no two inputs hash the same bytes.
     let mut h = Sha256::new();
-    h.update(req.tool().as_bytes());
-    h.update([0u8]);
-    h.update(digest.as_bytes());
-    h.update([0u8]);
-    h.update(req.meta().caller_id.as_deref().unwrap_or("").as_bytes());
-    h.update([0u8]);
-    h.update(index.to_be_bytes());
+    let mut part = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    };
+    part(req.tool().as_bytes());
+    part(digest.as_bytes());
+    match req.meta().caller_id.as_deref() {
+        Some(caller) => {
+            part(b"caller");
+            part(caller.as_bytes());
+        }
+        None => part(b"no caller"),
+    }
+    part(&index.to_be_bytes());
     Ok(hex::encode(h.finalize()))
 }
 
 /// How a request's key was resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ResolvedKey {
-    /// The key as the layer uses it (scoped by caller when given and configured).
+    /// The key itself: given by the caller, or derived.
     pub(crate) key: String,
+    /// The caller it is scoped to (`None`: the namespace of calls without a caller, or
+    /// scoping is off).
+    pub(crate) scope: Option<String>,
     /// Whether it was derived (and so must be attached to the request).
     pub(crate) derived: bool,
+}
+
+impl ResolvedKey {
+    /// The record's storage key for `tool`.
+    pub(crate) fn storage_key(&self, tool: &str) -> String {
+        let source = if self.derived {
+            KeySource::Derived
+        } else {
+            KeySource::Given
+        };
+        encode(tool, self.scope.as_deref(), source, &self.key)
+    }
 }
 
 pub(crate) fn resolve(
@@ -53,23 +95,23 @@ pub(crate) fn resolve(
     window: Duration,
     scope_by_caller: bool,
 ) -> Result<Option<ResolvedKey>, ToolError> {
-    match req.get_idempotency_key() {
-        Some(given) => {
-            let key = match (scope_by_caller, req.meta().caller_id.as_deref()) {
-                (true, Some(caller)) => {
-                    let mut k = String::with_capacity(caller.len() + 1 + given.len());
-                    let _ = write!(k, "{caller}/{given}");
-                    k
-                }
-                _ => given.to_owned(),
-            };
-            Ok(Some(ResolvedKey {
-                key,
-                derived: false,
-            }))
+    let scope = || {
+        if scope_by_caller {
+            req.meta().caller_id.as_deref().map(str::to_owned)
+        } else {
+            None
         }
+    };
+    // A blank key is no key: it would make every keyless call of a tool one record.
+    match req.get_idempotency_key().filter(|k| !k.trim().is_empty()) {
+        Some(given) => Ok(Some(ResolvedKey {
+            key: given.to_owned(),
+            scope: scope(),
+            derived: false,
+        })),
         None if derive => Ok(Some(ResolvedKey {
             key: derive_key(req, window)?,
+            scope: scope(),
             derived: true,
         })),
         None => Ok(None),

@@ -73,6 +73,16 @@ impl Slot {
     fn live(&self, now: Instant) -> bool {
         now < self.deadline
     }
+
+    /// How long the map keeps the slot: a PENDING claim stays visible (but not live) for
+    /// one more lease after it expires, so the next claim can tell a takeover.
+    fn kept_for(&self) -> Duration {
+        if self.record.status == crate::store::RecordStatus::Pending {
+            self.ttl.saturating_mul(2)
+        } else {
+            self.ttl
+        }
+    }
 }
 
 struct SlotExpiry;
@@ -84,7 +94,7 @@ impl Expiry<String, Slot> for SlotExpiry {
         v: &Slot,
         _at: std::time::Instant,
     ) -> Option<Duration> {
-        Some(v.ttl)
+        Some(v.kept_for())
     }
 
     fn expire_after_update(
@@ -94,7 +104,7 @@ impl Expiry<String, Slot> for SlotExpiry {
         _at: std::time::Instant,
         _left: Option<Duration>,
     ) -> Option<Duration> {
-        Some(v.ttl)
+        Some(v.kept_for())
     }
 }
 
@@ -172,7 +182,7 @@ impl InMemoryIdempotencyStore {
         let weight = (bytes as u64).max(self.min_weight).min(u64::from(u32::MAX));
         Slot {
             record: Arc::new(record),
-            deadline: Instant::now() + ttl,
+            deadline: toolshield_core::config::deadline_after(Instant::now(), ttl),
             ttl,
             weight: u32::try_from(weight).unwrap_or(u32::MAX),
         }
@@ -188,6 +198,11 @@ impl InMemoryIdempotencyStore {
                 Some(e) if e.value().live(now) => {
                     out = ClaimOutcome::Existing((*e.value().record).clone());
                     Op::Nop
+                }
+                Some(e) if e.value().record.status == crate::store::RecordStatus::Pending => {
+                    // An expired claim that was never finished nor released.
+                    out = ClaimOutcome::TakenOver;
+                    Op::Put(slot)
                 }
                 _ => Op::Put(slot),
             });

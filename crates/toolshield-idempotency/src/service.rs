@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tokio::time::Instant;
+use toolshield_core::config::deadline_after;
 use toolshield_core::{CallKind, Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
 use crate::config::{OnPending, OnStoreError};
 use crate::future::ResponseFuture;
 use crate::handle::{bump, Shared};
-use crate::key::{resolve, storage_key, ResolvedKey};
-use crate::store::{ClaimOutcome, IdempotencyRecord, RecordStatus};
+use crate::key::{resolve, ResolvedKey};
+use crate::store::{ClaimOutcome, IdempotencyRecord, RecordStatus, StoreFuture};
 
 /// The idempotency service: see [`IdempotencyLayer`](crate::IdempotencyLayer).
 pub struct Idempotency<S> {
@@ -105,19 +106,36 @@ fn releases_key(kind: ErrorKind) -> bool {
         )
 }
 
+/// Whether a mutation that ended with `kind` may have taken effect without telling us:
+/// a timeout after it was sent, an outcome already unknown, or a failure inside the tool
+/// layer (a panic caught by the stack is `INTERNAL`).
+fn outcome_unknown_after(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Timeout | ErrorKind::OutcomeUnknown | ErrorKind::Internal
+    )
+}
+
+/// A new owner token: 122 random bits (UUID v4 from a CSPRNG), unique to one claim.
+fn new_owner_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
 /// What the claim guard does if the call is dropped before its record is written.
 enum OnDrop {
-    /// Nothing ran (or the result is retriable): free the key.
+    /// Nothing ran (or the result is retriable), or a claim may still land: free the key
+    /// (owner-checked, so it never frees someone else's claim).
     Release,
     /// Write this record (the final one, or `OUTCOME_UNKNOWN` for a mutation in flight).
     Write(Box<IdempotencyRecord>, Duration),
-    /// The record is written.
+    /// Nothing to clean up.
     Nothing,
 }
 
-/// Holds a claim: if the call is dropped (cancelled) before it finishes, a task is spawned
-/// to release the key, or, for a mutation that was already sent, to record
-/// `OUTCOME_UNKNOWN`. Without a runtime to spawn on, the lease simply expires.
+/// Holds a claim (or a claim request in flight): if the call is dropped (cancelled) before
+/// it finishes, a task is spawned to release the key, or, for a mutation that was already
+/// sent, to record `OUTCOME_UNKNOWN`. Without a runtime to spawn on, the lease simply
+/// expires.
 struct ClaimGuard {
     shared: Arc<Shared>,
     key: String,
@@ -125,8 +143,9 @@ struct ClaimGuard {
     on_drop: OnDrop,
 }
 
-impl Drop for ClaimGuard {
-    fn drop(&mut self) {
+impl ClaimGuard {
+    /// Runs the drop action now, in the background.
+    fn spawn_cleanup(&mut self) {
         let action = std::mem::replace(&mut self.on_drop, OnDrop::Nothing);
         if matches!(action, OnDrop::Nothing) {
             return;
@@ -135,8 +154,8 @@ impl Drop for ClaimGuard {
             return;
         };
         let store = Arc::clone(&self.shared.store);
-        let key = std::mem::take(&mut self.key);
-        let owner = std::mem::take(&mut self.owner);
+        let key = self.key.clone();
+        let owner = self.owner.clone();
         rt.spawn(async move {
             let r = match action {
                 OnDrop::Release => store.release(&key, &owner).await,
@@ -147,9 +166,15 @@ impl Drop for ClaimGuard {
                 OnDrop::Nothing => Ok(true),
             };
             if let Err(e) = r {
-                tracing::warn!(error = %e, "idempotency: could not clean up a dropped claim; its lease will expire");
+                tracing::warn!(error = %e, "idempotency: could not clean up a claim; its lease will expire");
             }
         });
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        self.spawn_cleanup();
     }
 }
 
@@ -165,6 +190,114 @@ fn in_progress(tool: &str) -> ToolError {
         ErrorKind::InProgress,
         format!("a call of `{tool}` with the same idempotency key is still running"),
     )
+}
+
+/// The lease as this process sees it: valid until `valid_until` (measured from when the
+/// claim or the last successful renewal was *sent*, so it never outlives the store's).
+struct Lease {
+    lease: Duration,
+    valid_until: Instant,
+    last_renewal: Instant,
+}
+
+impl Lease {
+    fn new(sent: Instant, lease: Duration) -> Self {
+        Lease {
+            lease,
+            valid_until: deadline_after(sent, lease),
+            last_renewal: sent,
+        }
+    }
+
+    fn renewed(&mut self, sent: Instant) {
+        self.valid_until = deadline_after(sent, self.lease);
+        self.last_renewal = sent;
+    }
+
+    /// When a mutation still running gives up: a quarter of the lease before it ends, so
+    /// nobody can take the key over while the call still runs.
+    fn abort_at(&self) -> Instant {
+        self.valid_until
+            .checked_sub(self.lease / 4)
+            .unwrap_or(self.valid_until)
+    }
+
+    fn renewal_due(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_renewal) >= self.lease / 3
+    }
+}
+
+/// How writing an outcome record went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// The record is in the store.
+    Yes,
+    /// The owner check failed: the claim was lost (taken over, or forgotten by hand).
+    Lost,
+    /// The store failed until the retry bound.
+    Failed,
+}
+
+/// Writes `rec` (COMPLETED or FAILED) for the claim, retrying a failing store with a
+/// doubling pause until `record_retry` has passed or the lease is about to end, and
+/// renewing the lease meanwhile.
+async fn write_outcome(
+    shared: &Shared,
+    tool: &str,
+    skey: &str,
+    owner: &str,
+    rec: &IdempotencyRecord,
+    ttl: Duration,
+    lease: &mut Lease,
+) -> Written {
+    let cfg = &shared.config;
+    let start = Instant::now();
+    let until = deadline_after(start, cfg.record_retry).min(lease.abort_at().max(start));
+    let mut pause = Duration::from_millis(10);
+    let mut tried_before = false;
+    loop {
+        let r = if rec.status == RecordStatus::Completed {
+            shared.store.complete(skey, owner, rec.clone(), ttl).await
+        } else {
+            shared.store.fail(skey, owner, rec.clone(), ttl).await
+        };
+        match r {
+            Ok(true) => return Written::Yes,
+            Ok(false) if tried_before => {
+                // An earlier attempt may have been applied with its reply lost: then the
+                // record there is ours.
+                if let Ok(Some(there)) = shared.store.get(skey).await {
+                    if there.owner == owner && there.status == rec.status {
+                        return Written::Yes;
+                    }
+                }
+                tracing::error!(tool = %tool, "idempotency: the claim was lost before the outcome was recorded");
+                return Written::Lost;
+            }
+            Ok(false) => {
+                tracing::error!(tool = %tool, "idempotency: the claim was lost before the outcome was recorded");
+                return Written::Lost;
+            }
+            Err(e) => {
+                tried_before = true;
+                bump(&shared.counters.store_errors);
+                let now = Instant::now();
+                if now.checked_add(pause).is_none_or(|t| t >= until) {
+                    tracing::error!(tool = %tool, error = %e, "idempotency: could not record the outcome");
+                    return Written::Failed;
+                }
+                tracing::warn!(tool = %tool, error = %e, "idempotency: recording the outcome failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = pause.saturating_mul(2).min(Duration::from_millis(500));
+                if lease.renewal_due(Instant::now()) {
+                    let sent = Instant::now();
+                    if let Ok(true) = shared.store.renew(skey, owner, cfg.lease).await {
+                        lease.renewed(sent);
+                    }
+                }
+            }
+        }
+    }
 }
 
 async fn run<S>(
@@ -184,22 +317,41 @@ where
         req.set_idempotency_key(Some(key.key.as_str().into()));
     }
     let tool: Arc<str> = Arc::clone(req.tool_arc());
-    let skey = storage_key(&tool, &key.key);
+    let skey = key.storage_key(&tool);
     let execution_id = req.execution_id();
-    let owner = execution_id.to_string();
-    let wait_until = Instant::now() + cfg.wait_timeout;
+    // The fencing token of this claim: never the request's execution id, which every
+    // clone of the request shares.
+    let owner = new_owner_token();
+    let wait_until = deadline_after(Instant::now(), cfg.wait_timeout);
     let mut waited = false;
     // A waiting duplicate polls the store with a growing interval (doubling from
     // `poll_interval` up to `max_poll_interval`): prompt for short calls, light on the
     // store for long ones.
     let mut interval = cfg.poll_interval;
+    let mut guard = ClaimGuard {
+        shared: Arc::clone(&shared),
+        key: skey.clone(),
+        owner: owner.clone(),
+        on_drop: OnDrop::Nothing,
+    };
 
     // ----- claim, replay, wait -----
-    loop {
+    let mut lease = loop {
         let pending = IdempotencyRecord::pending(payload_hash, owner.clone(), cfg.lease);
-        match shared.store.claim(&skey, pending, cfg.lease).await {
+        let sent = Instant::now();
+        // While the claim is in flight, a drop (or a failure: a claim that timed out may
+        // still land) releases it by our token.
+        guard.on_drop = OnDrop::Release;
+        let claimed = shared.store.claim(&skey, pending, cfg.lease).await;
+        if claimed.is_ok() {
+            guard.on_drop = OnDrop::Nothing;
+        }
+        match claimed {
             Err(e) => {
                 bump(&counters.store_errors);
+                // The claim may have been applied although it failed here: release it now
+                // (owner-checked), so the key is not blocked for a whole lease.
+                guard.spawn_cleanup();
                 return match cfg.on_store_error {
                     OnStoreError::FailClosed => Err(ToolError::new(
                         ErrorKind::StoreUnavailable,
@@ -213,7 +365,12 @@ where
                     }
                 };
             }
-            Ok(ClaimOutcome::Claimed) => break,
+            Ok(ClaimOutcome::Claimed) => break Lease::new(sent, cfg.lease),
+            Ok(ClaimOutcome::TakenOver) => {
+                bump(&counters.takeovers);
+                tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome");
+                break Lease::new(sent, cfg.lease);
+            }
             Ok(ClaimOutcome::Existing(rec)) => {
                 if rec.payload_hash != payload_hash {
                     bump(&counters.conflicts);
@@ -263,16 +420,11 @@ where
                 }
             }
         }
-    }
+    };
 
     // ----- we own the key: call, renewing the lease -----
     let mutating = req.call_kind() == CallKind::Mutating;
-    let mut guard = ClaimGuard {
-        shared: Arc::clone(&shared),
-        key: skey.clone(),
-        owner: owner.clone(),
-        on_drop: OnDrop::Release,
-    };
+    guard.on_drop = OnDrop::Release;
     bump(&counters.executions);
     if mutating {
         // From here on the call may take effect: a drop leaves OUTCOME_UNKNOWN.
@@ -287,24 +439,10 @@ where
             cfg.record_ttl,
         );
     }
-    let fut = svc.call(req);
-    tokio::pin!(fut);
-    let every = (cfg.lease / 3).max(Duration::from_millis(1));
-    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
-    let result: Result<ToolResponse, ToolError> = loop {
-        tokio::select! {
-            biased;
-            r = &mut fut => break r.map_err(Into::into),
-            _ = tick.tick() => match shared.store.renew(&skey, &owner, cfg.lease).await {
-                Ok(true) => {}
-                Ok(false) => tracing::warn!(tool = %tool, "idempotency: lease lost while the call ran"),
-                Err(e) => {
-                    bump(&counters.store_errors);
-                    tracing::warn!(tool = %tool, error = %e, "idempotency: could not renew the lease");
-                }
-            },
-        }
-    };
+    let result = call_under_lease(
+        &shared, &mut svc, req, &tool, &skey, &owner, mutating, &mut lease,
+    )
+    .await;
 
     // ----- record the outcome -----
     match result {
@@ -322,60 +460,171 @@ where
                 cfg.record_ttl,
             );
             guard.on_drop = OnDrop::Write(Box::new(rec.clone()), cfg.record_ttl);
-            let w = shared
-                .store
-                .complete(&skey, &owner, rec, cfg.record_ttl)
-                .await;
+            let w = write_outcome(
+                &shared,
+                &tool,
+                &skey,
+                &owner,
+                &rec,
+                cfg.record_ttl,
+                &mut lease,
+            )
+            .await;
+            if w != Written::Yes {
+                // The tool ran and its result is not recorded: never let the key turn
+                // silently free. Mark the key OUTCOME_UNKNOWN (a duplicate is told so
+                // until an operator forgets it) and say so on the response.
+                bump(&counters.unrecorded);
+                resp.provenance.unrecorded = true;
+                if w == Written::Failed {
+                    let err = outcome_unknown(&tool, "ran, but its result could not be recorded");
+                    let unknown = IdempotencyRecord::failed(
+                        payload_hash,
+                        owner.clone(),
+                        &err,
+                        cfg.record_ttl,
+                    );
+                    guard.on_drop = OnDrop::Write(Box::new(unknown.clone()), cfg.record_ttl);
+                    let r = shared
+                        .store
+                        .fail(&skey, &owner, unknown, cfg.record_ttl)
+                        .await;
+                    if r.is_ok() {
+                        guard.on_drop = OnDrop::Nothing;
+                    }
+                    // Else the guard tries once more in the background.
+                    return Ok(resp);
+                }
+            }
             guard.on_drop = OnDrop::Nothing;
-            log_write(&shared, &tool, w);
             Ok(resp)
         }
-        Err(e)
-            if mutating && matches!(e.kind(), ErrorKind::Timeout | ErrorKind::OutcomeUnknown) =>
-        {
+        Err(e) if mutating && outcome_unknown_after(e.kind()) => {
             bump(&counters.outcome_unknown);
-            let err = outcome_unknown(&tool, "timed out after it was sent").with_source(e);
+            let what = match e.kind() {
+                ErrorKind::Timeout => "timed out after it was sent",
+                ErrorKind::Internal => "failed inside the tool layer after it was sent",
+                _ => "ended without a known outcome",
+            };
+            let err = outcome_unknown(&tool, what).with_source(e);
             let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &err, cfg.record_ttl);
             guard.on_drop = OnDrop::Write(Box::new(rec.clone()), cfg.record_ttl);
-            let w = shared.store.fail(&skey, &owner, rec, cfg.record_ttl).await;
-            guard.on_drop = OnDrop::Nothing;
-            log_write(&shared, &tool, w);
+            if write_outcome(
+                &shared,
+                &tool,
+                &skey,
+                &owner,
+                &rec,
+                cfg.record_ttl,
+                &mut lease,
+            )
+            .await
+                != Written::Failed
+            {
+                guard.on_drop = OnDrop::Nothing;
+            }
             Err(err)
         }
         Err(e) if releases_key(e.kind()) => {
             guard.on_drop = OnDrop::Release;
-            let w = shared.store.release(&skey, &owner).await;
-            guard.on_drop = OnDrop::Nothing;
-            log_write(&shared, &tool, w);
+            match shared.store.release(&skey, &owner).await {
+                Ok(_) => guard.on_drop = OnDrop::Nothing,
+                Err(err) => {
+                    bump(&counters.store_errors);
+                    tracing::warn!(tool = %tool, error = %err, "idempotency: could not release the key; its lease will expire");
+                    guard.on_drop = OnDrop::Nothing;
+                }
+            }
             Err(e)
         }
         Err(e) => {
             let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &e, cfg.failed_ttl);
             guard.on_drop = OnDrop::Write(Box::new(rec.clone()), cfg.failed_ttl);
-            let w = shared.store.fail(&skey, &owner, rec, cfg.failed_ttl).await;
-            guard.on_drop = OnDrop::Nothing;
-            log_write(&shared, &tool, w);
+            if write_outcome(
+                &shared,
+                &tool,
+                &skey,
+                &owner,
+                &rec,
+                cfg.failed_ttl,
+                &mut lease,
+            )
+            .await
+                != Written::Failed
+            {
+                guard.on_drop = OnDrop::Nothing;
+            }
             Err(e)
         }
     }
 }
 
+/// Runs the call while renewing the lease every third of it (the renewal runs beside the
+/// call, never holding it up). A mutation whose lease cannot be kept (renewals fail until a
+/// quarter of the lease is left, or the claim was taken from it) is dropped before anyone
+/// can take the key over, and ends `OUTCOME_UNKNOWN`: two executions of one key never run
+/// at once.
+#[allow(clippy::too_many_arguments)]
+async fn call_under_lease<S>(
+    shared: &Shared,
+    svc: &mut S,
+    req: ToolRequest,
+    tool: &str,
+    skey: &str,
+    owner: &str,
+    mutating: bool,
+    lease: &mut Lease,
+) -> Result<ToolResponse, ToolError>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<ToolError> + Send,
+{
+    let cfg = &shared.config;
+    let fut = svc.call(req);
+    tokio::pin!(fut);
+    let every = (cfg.lease / 3).max(Duration::from_millis(1));
+    let mut next_renewal = deadline_after(lease.last_renewal, every);
+    let mut renewing: Option<(Instant, StoreFuture<'_, bool>)> = None;
+    loop {
+        let abort_at = lease.abort_at();
+        tokio::select! {
+            biased;
+            r = &mut fut => return r.map_err(Into::into),
+            r = async {
+                match renewing.as_mut() {
+                    Some((_, f)) => f.await,
+                    None => std::future::pending().await,
+                }
+            }, if renewing.is_some() => {
+                let sent = renewing.take().map_or_else(Instant::now, |(sent, _)| sent);
+                match r {
+                    Ok(true) => lease.renewed(sent),
+                    Ok(false) => {
+                        tracing::error!(tool = %tool, "idempotency: the claim was taken while the call ran");
+                        if mutating {
+                            return Err(outcome_unknown(tool, "lost its idempotency claim while it ran"));
+                        }
+                    }
+                    Err(e) => {
+                        bump(&shared.counters.store_errors);
+                        tracing::warn!(tool = %tool, error = %e, "idempotency: could not renew the lease");
+                    }
+                }
+                next_renewal = deadline_after(Instant::now(), every);
+            }
+            () = tokio::time::sleep_until(next_renewal), if renewing.is_none() => {
+                renewing = Some((Instant::now(), shared.store.renew(skey, owner, cfg.lease)));
+            }
+            () = tokio::time::sleep_until(abort_at), if mutating => {
+                tracing::error!(tool = %tool, "idempotency: the lease could not be renewed; the call is abandoned before its claim expires");
+                return Err(outcome_unknown(tool, "was abandoned: its idempotency lease could not be renewed"));
+            }
+        }
+    }
+}
 fn outcome_unknown(tool: &str, what: &str) -> ToolError {
     ToolError::new(
         ErrorKind::OutcomeUnknown,
         format!("call of `{tool}` {what}; its outcome is unknown and its idempotency record is kept for reconciliation"),
     )
-}
-
-fn log_write(shared: &Shared, tool: &str, w: Result<bool, crate::store::StoreError>) {
-    match w {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::warn!(tool = %tool, "idempotency: claim lost before the outcome was recorded")
-        }
-        Err(e) => {
-            bump(&shared.counters.store_errors);
-            tracing::warn!(tool = %tool, error = %e, "idempotency: could not record the outcome");
-        }
-    }
 }

@@ -13,8 +13,10 @@
 //! | [`remove`](IdempotencyStore::remove) | unconditional delete (`forget`) | `DEL key` |
 //!
 //! The *owner check* (fencing) passes only when the stored record is `PENDING` **and** its
-//! `owner` equals the caller's owner: a call whose lease expired and was taken over can
-//! no longer overwrite the new owner's record, and a finished record is never released.
+//! `owner` equals the caller's owner token: a call whose lease expired and was taken over
+//! can no longer overwrite the new owner's record, and a finished record is never released.
+//! The token is unique to each claim (not to the request: clones of one request carry the
+//! same execution id, and each claim must still be told apart).
 //!
 //! Expiry belongs to the store: a PENDING record lives for its lease (the store's TTL *is*
 //! the lease, so an expired lease simply disappears and the next `claim` takes it over), a
@@ -107,7 +109,8 @@ pub struct IdempotencyRecord {
     /// The error of a FAILED call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<StoredError>,
-    /// The execution id of the call that claimed the key (the fencing token).
+    /// The owner token of the claim (the fencing token): unique to each claim, random and
+    /// unguessable, so two clones of one request never own the same claim.
     pub owner: String,
     /// When the lease of a PENDING record ends (wall clock, informational).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,6 +198,12 @@ impl IdempotencyRecord {
 pub enum ClaimOutcome {
     /// The key was free: the PENDING record was written and the caller owns it.
     Claimed,
+    /// The key was held by a PENDING claim whose lease had expired without an outcome
+    /// (its owner died, hung or lost the store): the PENDING record was written and the
+    /// caller owns it now. The layer counts and logs it as a takeover. Stores report it
+    /// when the expired claim is at most one more lease old; after that a claim is
+    /// [`Claimed`](Self::Claimed).
+    TakenOver,
     /// The key is held: the record that is there (PENDING with a live lease, COMPLETED or
     /// FAILED). Nothing was written.
     Existing(IdempotencyRecord),
@@ -242,7 +251,9 @@ impl From<StoreError> for ToolError {
 /// pass the contract suite in `testing::contract` (feature `testing`).
 pub trait IdempotencyStore: Send + Sync + 'static {
     /// Creates `record` (PENDING) under `key` with a TTL of `lease` if no live record is
-    /// there; else returns the live record untouched.
+    /// there; else returns the live record untouched. Reports
+    /// [`TakenOver`](ClaimOutcome::TakenOver) when the key was free because an earlier
+    /// claim's lease expired without an outcome.
     fn claim<'a>(
         &'a self,
         key: &'a str,

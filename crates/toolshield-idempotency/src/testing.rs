@@ -85,6 +85,7 @@ pub mod contract {
         release_is_fenced(&make()).await;
         renew_extends_the_lease(&make()).await;
         expired_lease_is_taken_over(&make()).await;
+        ended_claims_are_not_takeovers(&make()).await;
         finished_records_expire(&make()).await;
         remove_deletes_any_state(&make()).await;
         concurrent_claims_have_one_winner(Arc::new(make())).await;
@@ -116,7 +117,9 @@ pub mod contract {
                     "the existing record must be returned untouched"
                 )
             }
-            ClaimOutcome::Claimed => panic!("a held key must not be claimed twice"),
+            ClaimOutcome::Claimed | ClaimOutcome::TakenOver => {
+                panic!("a held key must not be claimed twice")
+            }
         }
         assert!(ok(
             s.complete(&k, "a", completed("a"), TTL).await,
@@ -124,7 +127,9 @@ pub mod contract {
         ));
         match claim(s, &k, "c").await {
             ClaimOutcome::Existing(rec) => assert_eq!(rec.status, RecordStatus::Completed),
-            ClaimOutcome::Claimed => panic!("a completed key must not be claimed"),
+            ClaimOutcome::Claimed | ClaimOutcome::TakenOver => {
+                panic!("a completed key must not be claimed")
+            }
         }
     }
 
@@ -234,17 +239,64 @@ pub mod contract {
         );
         assert_eq!(
             claim(s, &k, "b").await,
-            ClaimOutcome::Claimed,
-            "an expired lease must be taken over"
+            ClaimOutcome::TakenOver,
+            "an expired lease must be taken over, and reported as a takeover"
+        );
+        assert!(
+            !ok(s.renew(&k, "a", LEASE).await, "renew"),
+            "the old owner cannot renew the new owner's claim"
         );
         assert!(
             !ok(s.complete(&k, "a", completed("a"), TTL).await, "complete"),
             "the old owner is fenced off"
         );
+        assert!(
+            !ok(s.release(&k, "a").await, "release"),
+            "the old owner cannot release the new owner's claim"
+        );
+        let err = ToolError::new(ErrorKind::Timeout, "late");
+        assert!(
+            !ok(
+                s.fail(
+                    &k,
+                    "a",
+                    IdempotencyRecord::failed(hash("p"), "a", &err, TTL),
+                    TTL
+                )
+                .await,
+                "fail"
+            ),
+            "the old owner cannot fail the new owner's claim"
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the new claim is still there");
+        assert!(rec.is_owned_by("b"), "the new owner still holds the key");
         assert!(ok(
             s.complete(&k, "b", completed("b"), TTL).await,
             "complete"
         ));
+    }
+
+    /// A claim that ended (released, or finished and expired) leaves nothing that reads as
+    /// a takeover: the next claim is a plain one.
+    pub async fn ended_claims_are_not_takeovers<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("no-takeover");
+        assert_eq!(claim(s, &k, "a").await, ClaimOutcome::Claimed);
+        assert!(ok(s.release(&k, "a").await, "release"));
+        assert_eq!(
+            claim(s, &k, "b").await,
+            ClaimOutcome::Claimed,
+            "a released claim is not taken over"
+        );
+        assert!(ok(
+            s.complete(&k, "b", completed("b"), TTL).await,
+            "complete"
+        ));
+        sleep(TTL + LEASE / 2).await;
+        assert_eq!(
+            claim(s, &k, "c").await,
+            ClaimOutcome::Claimed,
+            "an expired COMPLETED record is not taken over"
+        );
     }
 
     /// COMPLETED and FAILED records live for the TTL given when they were written.
@@ -312,5 +364,206 @@ pub mod contract {
             "the stored response must read back unchanged"
         );
         assert_eq!(got.payload_hash, rec.payload_hash);
+    }
+}
+
+/// An [`IdempotencyStore`](crate::IdempotencyStore) that injects faults, for fault tests
+/// of the layer and of any store.
+///
+/// It wraps a store and asks a [`FaultPlan`](toolshield_core::faults::FaultPlan) before
+/// each operation what to do: pass it through, fail it, delay it, apply it and then fail
+/// (the reply was lost), fail at once and apply it later in the background (a command still
+/// on the wire, as when a paused server resumes: operations sent after it are applied after
+/// it, as a server applies the commands of one connection in order), or hang. The operation names are the trait's method names: `claim`,
+/// `complete`, `fail`, `renew`, `release`, `get`, `remove`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use toolshield_core::faults::{Fault, FaultPlan};
+/// use toolshield_idempotency::testing::FaultyStore;
+/// use toolshield_idempotency::{IdempotencyStore, InMemoryIdempotencyStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let plan = FaultPlan::new();
+/// let store = FaultyStore::new(Arc::new(InMemoryIdempotencyStore::new()), plan.clone());
+/// plan.once("get", Fault::Fail);
+/// assert!(store.get("idemp:{pay}:-:g:k").await.is_err());
+/// assert!(store.get("idemp:{pay}:-:g:k").await.unwrap().is_none());
+/// # }
+/// ```
+pub struct FaultyStore<S: ?Sized> {
+    inner: std::sync::Arc<S>,
+    plan: toolshield_core::faults::FaultPlan,
+    /// Held for writing by an operation that lands later; every operation waits for it.
+    order: std::sync::Arc<tokio::sync::RwLock<()>>,
+}
+
+impl<S: ?Sized> std::fmt::Debug for FaultyStore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyStore")
+            .field("plan", &self.plan)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: ?Sized> Clone for FaultyStore<S> {
+    fn clone(&self) -> Self {
+        FaultyStore {
+            inner: std::sync::Arc::clone(&self.inner),
+            plan: self.plan.clone(),
+            order: std::sync::Arc::clone(&self.order),
+        }
+    }
+}
+
+mod faulty {
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use toolshield_core::faults::{Fault, FaultPlan};
+
+    use super::FaultyStore;
+    use crate::store::{
+        ClaimOutcome, IdempotencyRecord, IdempotencyStore, StoreError, StoreFuture,
+    };
+
+    impl<S: IdempotencyStore + ?Sized> FaultyStore<S> {
+        /// `inner` with the faults of `plan` (clones of the plan script this store).
+        pub fn new(inner: Arc<S>, plan: FaultPlan) -> Self {
+            FaultyStore {
+                inner,
+                plan,
+                order: Arc::default(),
+            }
+        }
+
+        /// The plan.
+        pub fn plan(&self) -> &FaultPlan {
+            &self.plan
+        }
+
+        /// The wrapped store.
+        pub fn inner(&self) -> &Arc<S> {
+            &self.inner
+        }
+
+        fn faulty<'a, T, F, Fut>(&'a self, op: &'static str, make: F) -> StoreFuture<'a, T>
+        where
+            T: Send + 'static,
+            F: FnOnce(Arc<S>) -> Fut + Send + 'static,
+            Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        {
+            let fault = self.plan.next(op);
+            let inner = Arc::clone(&self.inner);
+            // Taken now, before this call returns, so operations sent after it wait.
+            let landing = match fault {
+                Some(Fault::ApplyLater(_)) => Arc::clone(&self.order).try_write_owned().ok(),
+                _ => None,
+            };
+            let order = Arc::clone(&self.order);
+            Box::pin(async move {
+                if landing.is_none() {
+                    // Applied after every operation still landing.
+                    drop(order.read().await);
+                }
+                match fault {
+                    None => make(inner).await,
+                    Some(Fault::Fail) => Err(StoreError::new(format!("injected: {op} failed"))),
+                    Some(Fault::Delay(d)) => {
+                        tokio::time::sleep(d).await;
+                        make(inner).await
+                    }
+                    Some(Fault::ApplyThenFail) => {
+                        let _applied = make(inner).await;
+                        Err(StoreError::new(format!(
+                            "injected: {op} timed out after it was applied"
+                        )))
+                    }
+                    Some(Fault::ApplyLater(d)) => {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(d).await;
+                            let _applied = make(inner).await;
+                            drop(landing);
+                        });
+                        Err(StoreError::new(format!(
+                            "injected: {op} timed out; it lands later"
+                        )))
+                    }
+                    Some(Fault::Hang) => std::future::pending().await,
+                }
+            })
+        }
+    }
+
+    impl<S: IdempotencyStore + ?Sized> IdempotencyStore for FaultyStore<S> {
+        fn claim<'a>(
+            &'a self,
+            key: &'a str,
+            record: IdempotencyRecord,
+            lease: Duration,
+        ) -> StoreFuture<'a, ClaimOutcome> {
+            let key = key.to_owned();
+            self.faulty("claim", move |s| async move {
+                s.claim(&key, record, lease).await
+            })
+        }
+
+        fn complete<'a>(
+            &'a self,
+            key: &'a str,
+            owner: &'a str,
+            record: IdempotencyRecord,
+            ttl: Duration,
+        ) -> StoreFuture<'a, bool> {
+            let (key, owner) = (key.to_owned(), owner.to_owned());
+            self.faulty("complete", move |s| async move {
+                s.complete(&key, &owner, record, ttl).await
+            })
+        }
+
+        fn fail<'a>(
+            &'a self,
+            key: &'a str,
+            owner: &'a str,
+            record: IdempotencyRecord,
+            ttl: Duration,
+        ) -> StoreFuture<'a, bool> {
+            let (key, owner) = (key.to_owned(), owner.to_owned());
+            self.faulty("fail", move |s| async move {
+                s.fail(&key, &owner, record, ttl).await
+            })
+        }
+
+        fn renew<'a>(
+            &'a self,
+            key: &'a str,
+            owner: &'a str,
+            lease: Duration,
+        ) -> StoreFuture<'a, bool> {
+            let (key, owner) = (key.to_owned(), owner.to_owned());
+            self.faulty("renew", move |s| async move {
+                s.renew(&key, &owner, lease).await
+            })
+        }
+
+        fn release<'a>(&'a self, key: &'a str, owner: &'a str) -> StoreFuture<'a, bool> {
+            let (key, owner) = (key.to_owned(), owner.to_owned());
+            self.faulty(
+                "release",
+                move |s| async move { s.release(&key, &owner).await },
+            )
+        }
+
+        fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>> {
+            let key = key.to_owned();
+            self.faulty("get", move |s| async move { s.get(&key).await })
+        }
+
+        fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {
+            let key = key.to_owned();
+            self.faulty("remove", move |s| async move { s.remove(&key).await })
+        }
     }
 }

@@ -231,7 +231,7 @@ async fn retriable_failure_releases_the_key() {
     assert_eq!(e.kind(), ErrorKind::ConnectionFailed);
     assert!(
         handle
-            .record("pay", "order-7")
+            .record("pay", None, "order-7")
             .await
             .expect("store")
             .is_none(),
@@ -253,7 +253,7 @@ async fn expired_lease_is_taken_over() {
     });
     // An owner that claimed the key and died: nobody renews its 30 s lease.
     let digest = pay(42).payload_digest().expect("digest");
-    let key = storage_key("pay", "order-7");
+    let key = storage_key("pay", None, "order-7");
     let ghost = IdempotencyRecord::pending(digest, "ghost", Duration::from_secs(30));
     assert_eq!(
         store
@@ -285,7 +285,7 @@ async fn a_waiting_duplicate_takes_over_an_expired_lease() {
     let ghost = IdempotencyRecord::pending(digest, "ghost", Duration::from_secs(30));
     store
         .claim(
-            &storage_key("pay", "order-7"),
+            &storage_key("pay", None, "order-7"),
             ghost,
             Duration::from_secs(30),
         )
@@ -337,12 +337,12 @@ async fn timeout_after_send_is_outcome_unknown_and_kept_until_forgotten() {
     assert_eq!(again.kind(), ErrorKind::OutcomeUnknown);
     assert_eq!(calls.load(Ordering::SeqCst), 1, "never re-run blindly");
     let rec = handle
-        .record("pay", "order-7")
+        .record("pay", None, "order-7")
         .await
         .expect("store")
         .expect("kept for reconciliation");
     assert_eq!(rec.status, RecordStatus::Failed);
-    assert!(handle.forget("pay", "order-7").await.expect("store"));
+    assert!(handle.forget("pay", None, "order-7").await.expect("store"));
     let ok = call(&svc, &layer, pay(42))
         .await
         .expect("runs after forget");
@@ -470,7 +470,9 @@ async fn derived_keys_dedupe_by_tool_payload_caller_and_window() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     let key = handle.key_for(&a).expect("key").expect("derived");
-    assert_eq!(key.len(), 64, "hex sha256");
+    let hex = key.rsplit(":d:").next().expect("a derived key");
+    assert_eq!(hex.len(), 64, "hex sha256: {key}");
+    assert!(key.starts_with("idemp:{pay}:s5:alice:d:"), "{key}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -515,7 +517,7 @@ async fn a_dropped_call_that_never_ran_frees_its_key() {
     sleep(Duration::from_millis(1)).await; // let the spawned release run
     assert!(
         handle
-            .record("pay", "order-7")
+            .record("pay", None, "order-7")
             .await
             .expect("store")
             .is_none(),

@@ -1,0 +1,445 @@
+//! Exactly-once under store faults, clones and hostile keys, on a paused clock.
+//!
+//! Each test names the guarantee it protects; the store is wrapped in `FaultyStore` so
+//! any operation can fail, land late, or succeed after the caller gave up on it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::{advance, sleep};
+use toolshield_core::faults::{Fault, FaultPlan};
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_idempotency::testing::FaultyStore;
+use toolshield_idempotency::{
+    IdempotencyConfig, IdempotencyHandle, IdempotencyLayer, InMemoryIdempotencyStore, OnPending,
+    RecordStatus,
+};
+use tower::util::BoxCloneService;
+use tower::{service_fn, Layer, ServiceExt};
+
+type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
+
+/// Counts executions, and how many run at once (a drop of the future ends one).
+#[derive(Default)]
+struct Runs {
+    started: AtomicUsize,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+}
+
+struct Running(Arc<Runs>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A tool that takes `delay` and answers `answer(n)` for its n-th execution.
+fn tool<F>(runs: &Arc<Runs>, delay: Duration, answer: F) -> Svc
+where
+    F: Fn(usize) -> Result<ToolResponse, ToolError> + Clone + Send + Sync + 'static,
+{
+    let runs = Arc::clone(runs);
+    BoxCloneService::new(service_fn(move |_req: ToolRequest| {
+        let runs = Arc::clone(&runs);
+        let answer = answer.clone();
+        async move {
+            let n = runs.started.fetch_add(1, Ordering::SeqCst) + 1;
+            let now = runs.running.fetch_add(1, Ordering::SeqCst) + 1;
+            runs.max_running.fetch_max(now, Ordering::SeqCst);
+            let _running = Running(Arc::clone(&runs));
+            sleep(delay).await;
+            answer(n)
+        }
+    }))
+}
+
+fn ok_n(n: usize) -> Result<ToolResponse, ToolError> {
+    Ok(ToolResponse::new(json!({ "charge": n })))
+}
+
+fn faulty(cfg: IdempotencyConfig) -> (IdempotencyLayer, IdempotencyHandle, FaultPlan) {
+    let plan = FaultPlan::new();
+    let store = FaultyStore::new(Arc::new(InMemoryIdempotencyStore::new()), plan.clone());
+    let layer = IdempotencyLayer::with_store(cfg, Arc::new(store)).expect("valid config");
+    let handle = layer.handle();
+    (layer, handle, plan)
+}
+
+fn pay(kind: CallKind) -> ToolRequest {
+    ToolRequest::new("pay", json!({"amount": 42}))
+        .kind(kind)
+        .idempotency_key("order-7")
+}
+
+fn lease_cfg() -> IdempotencyConfig {
+    IdempotencyConfig {
+        lease: Duration::from_secs(30),
+        on_pending: OnPending::FailFast,
+        ..IdempotencyConfig::default()
+    }
+}
+
+// ----- 1. the fencing token is unique to each claim, not shared by clones -----
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_clone_cannot_complete_over_the_claim_that_took_it_over() {
+    let runs = Arc::new(Runs::default());
+    let (layer, handle, plan) = faulty(lease_cfg());
+    let slow = tool(&runs, Duration::from_secs(60), ok_n);
+    let req = pay(CallKind::Idempotent);
+    // A claims; its renewals fail and its lease expires while it runs.
+    plan.always("renew", Fault::Fail);
+    let a = tokio::spawn(layer.layer(slow.clone()).oneshot(req.clone()));
+    sleep(Duration::from_secs(31)).await;
+    plan.clear();
+    // B, a clone of the same request, takes the key over.
+    let b = tokio::spawn(layer.layer(slow.clone()).oneshot(req.clone()));
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(handle.counts().takeovers, 1, "the takeover is counted");
+    // A finishes first: its record must not be accepted over B's live claim.
+    let a = a.await.expect("join").expect("A's own call succeeded");
+    assert!(
+        a.provenance.unrecorded,
+        "A is told its result is not recorded"
+    );
+    let rec = handle
+        .record_for(&req)
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(rec.status, RecordStatus::Pending, "B still holds the key");
+    let b = b.await.expect("join").expect("B");
+    let rec = handle
+        .record_for(&req)
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(rec.status, RecordStatus::Completed);
+    assert_eq!(
+        rec.result.expect("result").output,
+        b.output,
+        "B's result is recorded"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_clone_that_fails_cannot_release_the_claim_that_took_it_over() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _handle, plan) = faulty(lease_cfg());
+    let req = pay(CallKind::Idempotent);
+    // A fails retriably after 40 s, B succeeds after 60 s.
+    let failing = tool(&runs, Duration::from_secs(40), |_| {
+        Err(ToolError::new(ErrorKind::UpstreamUnavailable, "503"))
+    });
+    let slow = tool(&runs, Duration::from_secs(60), ok_n);
+    plan.always("renew", Fault::Fail);
+    let a = tokio::spawn(layer.layer(failing).oneshot(req.clone()));
+    sleep(Duration::from_secs(31)).await;
+    plan.clear();
+    let b = tokio::spawn(layer.layer(slow.clone()).oneshot(req.clone()));
+    let a = a.await.expect("join");
+    assert_eq!(
+        a.expect_err("A failed").kind(),
+        ErrorKind::UpstreamUnavailable
+    );
+    // A's release must not have freed B's key: C is told the call is in progress.
+    let c = layer.layer(slow.clone()).oneshot(req.clone()).await;
+    assert_eq!(c.expect_err("C must not run").kind(), ErrorKind::InProgress);
+    b.await.expect("join").expect("B");
+    assert_eq!(
+        runs.started.load(Ordering::SeqCst),
+        2,
+        "A and B ran, C did not"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mutation_that_cannot_renew_its_lease_gives_up_before_anyone_can_take_over() {
+    let runs = Arc::new(Runs::default());
+    let (layer, handle, plan) = faulty(lease_cfg());
+    let slow = tool(&runs, Duration::from_secs(60), ok_n);
+    let req = pay(CallKind::Mutating);
+    plan.always("renew", Fault::Fail);
+    plan.always("fail", Fault::Fail); // not even OUTCOME_UNKNOWN can be written
+    let a = tokio::spawn(layer.layer(slow.clone()).oneshot(req.clone()));
+    sleep(Duration::from_secs(29)).await;
+    assert_eq!(
+        runs.running.load(Ordering::SeqCst),
+        0,
+        "A was dropped before its lease ended"
+    );
+    let a = a.await.expect("join");
+    assert_eq!(a.expect_err("abandoned").kind(), ErrorKind::OutcomeUnknown);
+    plan.clear();
+    sleep(Duration::from_secs(2)).await;
+    // The lease has expired: B takes over, and never runs beside A.
+    layer
+        .layer(slow.clone())
+        .oneshot(req.clone())
+        .await
+        .expect("B");
+    assert_eq!(handle.counts().takeovers, 1);
+    assert_eq!(
+        runs.max_running.load(Ordering::SeqCst),
+        1,
+        "never two at once"
+    );
+}
+
+// ----- 2. a result that cannot be recorded never frees the key silently -----
+
+#[tokio::test(start_paused = true)]
+async fn a_result_that_cannot_be_recorded_leaves_outcome_unknown_not_a_free_key() {
+    let runs = Arc::new(Runs::default());
+    let (layer, handle, plan) = faulty(IdempotencyConfig::default());
+    let quick = tool(&runs, Duration::from_millis(10), ok_n);
+    plan.always("complete", Fault::Fail);
+    let first = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await
+        .expect("the tool's result is returned");
+    assert!(first.provenance.unrecorded, "the caller is told");
+    assert_eq!(handle.counts().unrecorded, 1);
+    // Long after the lease, the duplicate is told the outcome is unknown; it never runs.
+    advance(Duration::from_secs(120)).await;
+    let dup = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await;
+    assert_eq!(
+        dup.expect_err("not run again").kind(),
+        ErrorKind::OutcomeUnknown
+    );
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transient_failure_to_record_is_retried_while_the_lease_is_kept() {
+    let runs = Arc::new(Runs::default());
+    let (layer, handle, plan) = faulty(IdempotencyConfig::default());
+    let quick = tool(&runs, Duration::from_millis(10), ok_n);
+    plan.once("complete", Fault::Fail)
+        .once("complete", Fault::ApplyThenFail);
+    let first = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await
+        .expect("ok");
+    assert!(!first.provenance.unrecorded);
+    let dup = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await
+        .expect("replayed");
+    assert!(dup.provenance.replayed);
+    assert_eq!(dup.output, first.output);
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1);
+    assert_eq!(handle.counts().unrecorded, 0);
+}
+
+// ----- 3. a claim that failed on the store but landed later is released -----
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_lands_after_it_failed_does_not_block_the_key() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _, plan) = faulty(lease_cfg());
+    let quick = tool(&runs, Duration::from_millis(10), ok_n);
+    plan.once("claim", Fault::ApplyLater(Duration::from_secs(2)));
+    let first = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await;
+    assert_eq!(
+        first.expect_err("store down").kind(),
+        ErrorKind::StoreUnavailable
+    );
+    assert_eq!(runs.started.load(Ordering::SeqCst), 0, "nothing ran");
+    // The server resumes and applies the claim; the release sent after it frees the key.
+    sleep(Duration::from_secs(3)).await;
+    let retry = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await;
+    assert!(retry.is_ok(), "a retry runs, not IN_PROGRESS: {retry:?}");
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_applied_before_its_reply_was_lost_does_not_block_the_key() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _, plan) = faulty(lease_cfg());
+    let quick = tool(&runs, Duration::from_millis(10), ok_n);
+    plan.once("claim", Fault::ApplyThenFail);
+    let first = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await;
+    assert_eq!(
+        first.expect_err("store").kind(),
+        ErrorKind::StoreUnavailable
+    );
+    sleep(Duration::from_millis(100)).await;
+    layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await
+        .expect("the retry runs");
+}
+
+// ----- 5. isolation: keys of different callers never meet -----
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_less_key_never_replays_a_callers_record() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _, _) = faulty(IdempotencyConfig::default());
+    let svc = tool(&runs, Duration::ZERO, ok_n);
+    let alice = ToolRequest::new("pay", json!({"amount": 42}))
+        .kind(CallKind::Mutating)
+        .idempotency_key("order-1")
+        .caller("alice");
+    layer
+        .layer(svc.clone())
+        .oneshot(alice)
+        .await
+        .expect("alice");
+    let anon = ToolRequest::new("pay", json!({"amount": 42}))
+        .kind(CallKind::Mutating)
+        .idempotency_key("alice/order-1");
+    let r = layer.layer(svc.clone()).oneshot(anon).await.expect("anon");
+    assert!(
+        !r.provenance.replayed,
+        "Alice's record was replayed to a stranger"
+    );
+    // And a stranger cannot block Alice's key with another payload.
+    let squat = ToolRequest::new("pay", json!({"amount": 1}))
+        .kind(CallKind::Mutating)
+        .idempotency_key("alice/order-2");
+    layer
+        .layer(svc.clone())
+        .oneshot(squat)
+        .await
+        .expect("squat");
+    let alice2 = ToolRequest::new("pay", json!({"amount": 42}))
+        .kind(CallKind::Mutating)
+        .idempotency_key("order-2")
+        .caller("alice");
+    layer
+        .layer(svc.clone())
+        .oneshot(alice2)
+        .await
+        .expect("alice's own key is hers");
+}
+
+#[tokio::test(start_paused = true)]
+async fn callers_and_keys_with_separators_never_share_a_record() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _, _) = faulty(IdempotencyConfig::default());
+    let svc = tool(&runs, Duration::ZERO, ok_n);
+    let req = |caller: &str, key: &str| {
+        ToolRequest::new("pay", json!({"amount": 9}))
+            .kind(CallKind::Mutating)
+            .idempotency_key(key.to_owned())
+            .caller(caller.to_owned())
+    };
+    layer
+        .layer(svc.clone())
+        .oneshot(req("acme", "bot/order-9"))
+        .await
+        .expect("acme");
+    let other = layer
+        .layer(svc.clone())
+        .oneshot(req("acme/bot", "order-9"))
+        .await
+        .expect("acme/bot");
+    assert!(!other.provenance.replayed);
+    assert_eq!(runs.started.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_blank_key_is_no_key() {
+    let runs = Arc::new(Runs::default());
+    let cfg = IdempotencyConfig {
+        derive_keys: false,
+        ..IdempotencyConfig::default()
+    };
+    let (layer, handle, _) = faulty(cfg);
+    let svc = tool(&runs, Duration::ZERO, ok_n);
+    for amount in [1, 2] {
+        let req = ToolRequest::new("pay", json!({ "amount": amount }))
+            .kind(CallKind::Mutating)
+            .idempotency_key("  ");
+        let r = layer.layer(svc.clone()).oneshot(req).await;
+        assert!(r.is_ok(), "two keyless calls are not one record: {r:?}");
+    }
+    assert_eq!(handle.counts().executions, 0, "not deduped at all");
+}
+
+// ----- 7. a failure inside the tool layer leaves a mutation OUTCOME_UNKNOWN -----
+
+#[tokio::test(start_paused = true)]
+async fn a_mutation_that_fails_inside_the_tool_layer_ends_outcome_unknown() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _, _) = faulty(IdempotencyConfig::default());
+    let internal = tool(&runs, Duration::ZERO, |_| {
+        Err(ToolError::internal("the tool panicked"))
+    });
+    let r = layer
+        .layer(internal.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await;
+    assert_eq!(r.expect_err("unknown").kind(), ErrorKind::OutcomeUnknown);
+    let dup = layer.layer(internal).oneshot(pay(CallKind::Mutating)).await;
+    assert_eq!(dup.expect_err("replayed").kind(), ErrorKind::OutcomeUnknown);
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mutation_whose_tool_panics_ends_outcome_unknown() {
+    let (layer, _, _) = faulty(IdempotencyConfig::default());
+    let panicking = BoxCloneService::new(service_fn(|req: ToolRequest| async move {
+        let amount = req.payload()["missing"].as_u64();
+        // A tool bug: an unwrap on a missing argument.
+        let _ = amount.expect("missing argument");
+        Ok::<_, ToolError>(ToolResponse::new(json!({})))
+    }));
+    let joined = tokio::spawn(
+        layer
+            .layer(panicking.clone())
+            .oneshot(pay(CallKind::Mutating)),
+    )
+    .await;
+    assert!(
+        joined.is_err(),
+        "without a catch-panic layer the task panics"
+    );
+    sleep(Duration::from_millis(10)).await; // the guard's cleanup runs
+    let dup = layer
+        .layer(panicking)
+        .oneshot(pay(CallKind::Mutating))
+        .await;
+    assert_eq!(
+        dup.expect_err("not run again").kind(),
+        ErrorKind::OutcomeUnknown
+    );
+}
+
+// ----- 4. durations are bounded -----
+
+#[test]
+fn durations_beyond_the_bound_are_rejected_with_every_other_problem() {
+    let cfg: IdempotencyConfig = serde_json::from_str(
+        r#"{"wait_timeout": "300000000000years", "record_ttl": "1000years", "lease": "1ms"}"#,
+    )
+    .expect("parses");
+    let err = cfg.validate().expect_err("rejected");
+    let fields: Vec<_> = err.problems().iter().map(|p| p.field.as_str()).collect();
+    assert!(fields.contains(&"wait_timeout"), "{err}");
+    assert!(fields.contains(&"record_ttl"), "{err}");
+    assert!(fields.contains(&"lease"), "{err}");
+    assert!(IdempotencyLayer::new(cfg).is_err());
+}
