@@ -1,6 +1,5 @@
 //! [`RedisIdempotencyStore`]: idempotency records in Redis, exactly-once across processes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -11,12 +10,17 @@ use toolshield_idempotency::{
 use crate::connection::{LuaScript, RedisConnection};
 use crate::error::Error;
 
-/// The claim on servers older than 7.0 (no `SET ... NX GET`): read, else create.
+/// The claim: KEYS = record, lease marker; ARGV = record, lease ms, owner, marker ms.
+/// Returns `{0, nil}` (claimed), `{2, nil}` (claimed over an expired claim: the marker of an owner
+/// that never finished was still there) or `{1, record}` (held).
 const CLAIM: &str = r#"
 local v = redis.call('GET', KEYS[1])
-if v then return v end
+if v then return {1, v} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return false
+local prev = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+if prev then return {2, false} end
+return {0, false}
 "#;
 
 /// The owner check every fenced script starts with: the record is PENDING (records are
@@ -29,25 +33,36 @@ local ok, rec = pcall(cjson.decode, v)
 if not ok or type(rec) ~= 'table' or rec.owner ~= ARGV[1] then return 0 end
 "#;
 
-/// complete / fail: ARGV = owner, record, ttl ms.
+/// complete / fail: ARGV = owner, record, ttl ms. The claim ended: its marker goes.
 const FINISH_TAIL: &str = r#"
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('DEL', KEYS[2])
 return 1
 "#;
 
 /// renew: ARGV = owner, lease ms, new lease_until (RFC 3339). The record is rewritten by
-/// string substitution so its field order (and the PENDING prefix) is kept.
+/// string substitution so its field order (and the PENDING prefix) is kept; the marker
+/// lives one more lease past the record.
 const RENEW_TAIL: &str = r#"
 local nv = (string.gsub(v, '"lease_until":"[^"]*"', '"lease_until":"' .. ARGV[3] .. '"', 1))
 nv = (string.gsub(nv, '"expires_at":"[^"]*"', '"expires_at":"' .. ARGV[3] .. '"', 1))
 redis.call('SET', KEYS[1], nv, 'PX', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[2]))
 return 1
 "#;
 
-/// release: ARGV = owner.
+/// release: ARGV = owner. The claim ended: its marker goes.
 const RELEASE_TAIL: &str = r#"
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2])
 return 1
+"#;
+
+/// remove (forget): the record, whatever its state, and its marker; 1 when a record was
+/// there.
+const REMOVE: &str = r#"
+local n = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2])
+return n
 "#;
 
 fn script(tail: &str) -> LuaScript {
@@ -59,6 +74,7 @@ struct Scripts {
     finish: LuaScript,
     renew: LuaScript,
     release: LuaScript,
+    remove: LuaScript,
 }
 
 impl Scripts {
@@ -69,6 +85,7 @@ impl Scripts {
             finish: script(FINISH_TAIL),
             renew: script(RENEW_TAIL),
             release: script(RELEASE_TAIL),
+            remove: LuaScript::new(REMOVE),
         })
     }
 }
@@ -85,12 +102,25 @@ fn decode(json: &str) -> Result<IdempotencyRecord, Error> {
     serde_json::from_str(json).map_err(|e| Error::new(format!("corrupt idempotency record: {e}")))
 }
 
+/// The lease marker of a record key: which owner holds (or last held, without finishing)
+/// the claim. It lives one lease longer than the claim, so the next claim can tell a
+/// takeover. `lease:` + the record key: the same hash tag (one slot), and never a record
+/// key (those start with the layer's `idemp:`).
+fn marker(key: &str) -> String {
+    let mut m = String::with_capacity(6 + key.len());
+    m.push_str("lease:");
+    m.push_str(key);
+    m
+}
+
 /// An [`IdempotencyStore`] in Redis: every process that points at the same Redis shares
 /// the records, so a mutating call runs once across all of them.
 ///
 /// Each operation is one round trip (see the crate docs for the key layout and the
-/// scripts): `claim` is `SET key record NX PX lease GET` (a Lua script on servers older
-/// than 7.0), `complete`/`fail`/`renew`/`release` are one owner-checked Lua script each,
+/// scripts): `claim` is one Lua script (create the PENDING record if absent, and note its
+/// owner in a lease marker that outlives it by one lease, so a claim over an expired one
+/// is reported as a takeover), `complete`/`fail`/`renew`/`release` are one owner-checked
+/// Lua script each (fenced by the claim's own owner token),
 /// `get` is one `GET`, `remove` one `DEL`. Every operation is bounded by the connection's
 /// operation timeout; a failure or timeout is a [`StoreError`], which the idempotency
 /// layer turns into `STORE_UNAVAILABLE` (fail-closed) or a run without dedupe (fail-open).
@@ -99,26 +129,12 @@ fn decode(json: &str) -> Result<IdempotencyRecord, Error> {
 #[derive(Debug, Clone)]
 pub struct RedisIdempotencyStore {
     conn: RedisConnection,
-    legacy_claim: std::sync::Arc<AtomicBool>,
 }
 
 impl RedisIdempotencyStore {
     /// A store on `conn`.
     pub fn new(conn: RedisConnection) -> Self {
-        RedisIdempotencyStore {
-            conn,
-            legacy_claim: std::sync::Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// A store that claims with a Lua script (`GET`, then `SET NX PX`) instead of
-    /// `SET ... NX PX ... GET`: for proxies that reject `SET ... GET`. Servers older than
-    /// 7.0 are detected and switched over by [`new`](Self::new) on their first claim.
-    pub fn with_script_claim(conn: RedisConnection) -> Self {
-        RedisIdempotencyStore {
-            conn,
-            legacy_claim: std::sync::Arc::new(AtomicBool::new(true)),
-        }
+        RedisIdempotencyStore { conn }
     }
 
     /// The connection.
@@ -137,42 +153,29 @@ impl RedisIdempotencyStore {
         record: IdempotencyRecord,
         lease: Duration,
     ) -> Result<ClaimOutcome, Error> {
+        let mark = marker(key);
+        let mark = self.conn.key(&mark);
         let key = self.conn.key(key);
         let json = encode(&record)?;
         let ms = millis(lease);
-        let existing: Option<String> = if self.legacy_claim.load(Ordering::Relaxed) {
-            self.legacy(&key, &json, ms).await?
-        } else {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(&*key)
-                .arg(&json)
-                .arg("NX")
-                .arg("PX")
-                .arg(ms)
-                .arg("GET");
-            match self.conn.query("claim", &cmd).await {
-                Ok(v) => v,
-                // Redis < 7.0 rejects NX together with GET: use the script from now on.
-                Err(e) if e.message().to_ascii_lowercase().contains("syntax error") => {
-                    self.legacy_claim.store(true, Ordering::Relaxed);
-                    tracing::debug!("redis: SET NX GET unsupported, claiming with a script");
-                    self.legacy(&key, &json, ms).await?
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        match existing {
-            None => Ok(ClaimOutcome::Claimed),
-            Some(json) => Ok(ClaimOutcome::Existing(decode(&json)?)),
-        }
-    }
-
-    async fn legacy(&self, key: &str, json: &str, ms: u64) -> Result<Option<String>, Error> {
-        self.conn
+        let reply: (i64, Option<String>) = self
+            .conn
             .eval("claim", &Scripts::get().claim, |c| {
-                c.arg(1).arg(key).arg(json).arg(ms);
+                c.arg(2)
+                    .arg(&*key)
+                    .arg(&*mark)
+                    .arg(&json)
+                    .arg(ms)
+                    .arg(&record.owner)
+                    .arg(ms.saturating_mul(2));
             })
-            .await
+            .await?;
+        match reply {
+            (0, _) => Ok(ClaimOutcome::Claimed),
+            (2, _) => Ok(ClaimOutcome::TakenOver),
+            (_, Some(json)) => Ok(ClaimOutcome::Existing(decode(&json)?)),
+            (_, None) => Err(Error::new("claim script returned no record")),
+        }
     }
 
     async fn finish(
@@ -182,19 +185,28 @@ impl RedisIdempotencyStore {
         record: IdempotencyRecord,
         ttl: Duration,
     ) -> Result<bool, Error> {
+        let mark = marker(key);
+        let mark = self.conn.key(&mark);
         let key = self.conn.key(key);
         let json = encode(&record)?;
         let ms = millis(ttl);
         let done: i64 = self
             .conn
             .eval("record outcome", &Scripts::get().finish, |c| {
-                c.arg(1).arg(&*key).arg(owner).arg(&json).arg(ms);
+                c.arg(2)
+                    .arg(&*key)
+                    .arg(&*mark)
+                    .arg(owner)
+                    .arg(&json)
+                    .arg(ms);
             })
             .await?;
         Ok(done == 1)
     }
 
     async fn renew_now(&self, key: &str, owner: &str, lease: Duration) -> Result<bool, Error> {
+        let mark = marker(key);
+        let mark = self.conn.key(&mark);
         let key = self.conn.key(key);
         let until = chrono::Duration::from_std(lease)
             .ok()
@@ -208,18 +220,25 @@ impl RedisIdempotencyStore {
         let done: i64 = self
             .conn
             .eval("renew", &Scripts::get().renew, |c| {
-                c.arg(1).arg(&*key).arg(owner).arg(ms).arg(until);
+                c.arg(2)
+                    .arg(&*key)
+                    .arg(&*mark)
+                    .arg(owner)
+                    .arg(ms)
+                    .arg(until);
             })
             .await?;
         Ok(done == 1)
     }
 
     async fn release_now(&self, key: &str, owner: &str) -> Result<bool, Error> {
+        let mark = marker(key);
+        let mark = self.conn.key(&mark);
         let key = self.conn.key(key);
         let done: i64 = self
             .conn
             .eval("release", &Scripts::get().release, |c| {
-                c.arg(1).arg(&*key).arg(owner);
+                c.arg(2).arg(&*key).arg(&*mark).arg(owner);
             })
             .await?;
         Ok(done == 1)
@@ -232,10 +251,14 @@ impl RedisIdempotencyStore {
     }
 
     async fn remove_now(&self, key: &str) -> Result<bool, Error> {
+        let mark = marker(key);
+        let mark = self.conn.key(&mark);
         let key = self.conn.key(key);
         let n: i64 = self
             .conn
-            .query("remove", redis::cmd("DEL").arg(&*key))
+            .eval("remove", &Scripts::get().remove, |c| {
+                c.arg(2).arg(&*key).arg(&*mark);
+            })
             .await?;
         Ok(n > 0)
     }

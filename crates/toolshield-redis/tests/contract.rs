@@ -24,20 +24,6 @@ async fn idempotency_store_passes_the_contract_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idempotency_store_with_the_claim_script_passes_the_contract_suite() {
-    let Some(redis) =
-        test_redis("idempotency_store_with_the_claim_script_passes_the_contract_suite")
-    else {
-        return;
-    };
-    let conn = connect(redis.url()).await;
-    toolshield_idempotency::testing::contract::run_all(|| {
-        RedisIdempotencyStore::with_script_claim(conn.clone())
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_store_passes_the_contract_suite() {
     let Some(redis) = test_redis("cache_store_passes_the_contract_suite") else {
         return;

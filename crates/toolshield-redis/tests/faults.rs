@@ -275,7 +275,11 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         }
     });
     let (svc_a, _) = stack(cfg.clone(), store_a, tool_a);
-    let a = tokio::spawn(async move { call(&svc_a, pay("paused")).await });
+    // An idempotent call: a mutation that cannot renew its lease gives up before it ends
+    // (tested in the idempotency crate); an idempotent one runs on, and fencing alone must
+    // keep its late result from overwriting the taker's.
+    let paused = || pay("paused").kind(toolshield_core::CallKind::Idempotent);
+    let a = tokio::spawn(async move { call(&svc_a, paused()).await });
     // A holds the claim and its tool is running.
     let runs_now = Arc::clone(&runs);
     eventually(Duration::from_secs(5), "A's claim", || {
@@ -299,7 +303,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
     let taken = eventually(Duration::from_secs(5), "takeover", || {
         let svc = svc_b.clone();
         async move {
-            match call(&svc, pay("paused")).await {
+            match call(&svc, paused()).await {
                 Ok(resp) => Some(resp),
                 Err(e) if e.kind() == ErrorKind::InProgress => None,
                 Err(e) => panic!("unexpected error: {e}"),
@@ -309,6 +313,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
     .await;
     assert_eq!(taken.output["by"], "b");
     assert_eq!(handle_b.counts().executions, 1);
+    assert_eq!(handle_b.counts().takeovers, 1, "the takeover is counted");
 
     // A wakes up and finishes: its complete is fenced off.
     let _ = resume.send(true);
@@ -318,7 +323,11 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         a_resp.output["by"], "a",
         "A's caller still gets A's own result"
     );
-    let key = format!("idemp:{{pay}}:{}", "paused");
+    assert!(
+        a_resp.provenance.unrecorded,
+        "and is told it was not recorded"
+    );
+    let key = toolshield_idempotency::storage_key("pay", None, "paused");
     let rec = store_b.get(&key).await.unwrap().expect("B's record");
     assert_eq!(rec.status, RecordStatus::Completed);
     assert_eq!(
@@ -326,7 +335,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         "b",
         "A must not overwrite B's record"
     );
-    let replay = call(&svc_b, pay("paused")).await.unwrap();
+    let replay = call(&svc_b, paused()).await.unwrap();
     assert!(replay.provenance.replayed);
     assert_eq!(replay.output["by"], "b");
 
@@ -349,7 +358,8 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
                 .await
                 .unwrap()
             {
-                ClaimOutcome::Claimed => Some(()),
+                ClaimOutcome::TakenOver => Some(()),
+                ClaimOutcome::Claimed => panic!("the expired claim must be reported as a takeover"),
                 ClaimOutcome::Existing(_) => None,
             }
         }
@@ -399,11 +409,16 @@ async fn a_stopped_redis_hits_the_store_timeout_and_is_handled_as_configured() {
     );
     let (open, _) = stack(
         config(OnStoreError::FailOpen),
-        store,
+        store.clone(),
         counting_tool(Arc::clone(&runs), "open", Duration::ZERO),
     );
     call(&closed, pay("warm")).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Every script is cached on the server before it stops.
+    store
+        .release("idemp:{warm}:-:g:none", "nobody")
+        .await
+        .unwrap();
 
     redis.pause(); // SIGSTOP: the socket stays open, nothing answers
     let started = Instant::now();
@@ -435,4 +450,19 @@ async fn a_stopped_redis_hits_the_store_timeout_and_is_handled_as_configured() {
         "the record from before the stall is still there"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // The claims that timed out were on the wire and landed when Redis resumed; the
+    // release sent after each (by its owner token, on the same connection) landed after
+    // it, so no key is left blocked as PENDING with no owner alive.
+    for key in ["slow-closed", "slow-open"] {
+        let skey = toolshield_idempotency::storage_key("pay", None, key);
+        let left = store.get(&skey).await.unwrap();
+        assert!(
+            left.as_ref()
+                .is_none_or(|r| r.status != RecordStatus::Pending),
+            "{key} is blocked by a claim nobody owns: {left:?}"
+        );
+    }
+    let retried = call(&closed, pay("slow-closed")).await.unwrap();
+    assert_eq!(retried.output["by"], "closed", "the retry runs at once");
 }
