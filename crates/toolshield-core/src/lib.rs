@@ -42,6 +42,7 @@ pub mod hash;
 pub mod http_impls;
 pub mod keys;
 mod kind;
+pub mod panic;
 mod request;
 mod response;
 pub mod size;

@@ -12,6 +12,7 @@ use toolshield_breaker::{BreakerLayer, BreakerRegistry};
 use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, CacheStore, InMemoryCacheStore};
 use toolshield_cancel::CancelLayer;
 use toolshield_core::hash::FastHashMap;
+use toolshield_core::panic::{CatchPanicLayer, CountPanics};
 use toolshield_core::{ConfigError, ErrorKind, ToolError, ToolRequest, ToolResponse, ToolService};
 use toolshield_fallback::FallbackLayer;
 use toolshield_idempotency::{
@@ -265,7 +266,7 @@ impl Shield {
     /// settings (the defaults for a tool without a section):
     ///
     /// metrics > provenance > cancel > deadline > validate > cache > idempotency > retry >
-    /// attempt metrics > breaker > attempt timeout.
+    /// attempt metrics > breaker > attempt timeout > catch panic.
     ///
     /// With `enabled = false` (or `TOOLSHIELD_ENABLED=false`) the service is returned
     /// unwrapped: a pass-through.
@@ -328,8 +329,10 @@ impl Shield {
             .option_layer(fallback)
             .layer(l.retry)
             .layer(self.metrics.attempt_layer())
-            .layer(l.breaker)
+            // A caught panic is INTERNAL, which the breaker counts (it is never retried).
+            .layer(l.breaker.classifier(CountPanics::new()))
             .layer(l.timeout)
+            .layer(catch_panic())
             .service(service);
         Either::Left(stack)
     }
@@ -342,6 +345,17 @@ impl Shield {
             servers: FastHashMap::default(),
         }
     }
+}
+
+/// Catches a tool's panic: the caller gets `INTERNAL`, the text goes to the log.
+fn catch_panic() -> CatchPanicLayer<impl toolshield_core::panic::OnPanic + Send + Sync + 'static> {
+    CatchPanicLayer::new().on_panic(|text: &str| {
+        // Inside the call's span, which names the tool; never in the error itself.
+        tracing::error!(
+            panic = text,
+            "a tool panicked: the call fails with INTERNAL"
+        );
+    })
 }
 
 /// Builds a [`ToolRouter`].
@@ -387,12 +401,15 @@ impl RouterBuilder {
         service: S,
         fallback: Option<FallbackLayer>,
     ) -> BoxTool {
+        // No panic leaves a route: the shield catches the tool's innermost, this catches
+        // the rest (a fallback tier, an unshielded or pass-through service).
+        let catch = catch_panic();
         match (&self.shield, fallback) {
             (Some(shield), fallback) => {
-                BoxTool::new(shield.wrap_with_fallback(name, service, fallback))
+                BoxTool::new(catch.layer(shield.wrap_with_fallback(name, service, fallback)))
             }
-            (None, Some(fallback)) => BoxTool::new(fallback.layer(service)),
-            (None, None) => BoxTool::new(service),
+            (None, Some(fallback)) => BoxTool::new(catch.layer(fallback.layer(service))),
+            (None, None) => BoxTool::new(catch.layer(service)),
         }
     }
 
