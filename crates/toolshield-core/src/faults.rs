@@ -74,6 +74,7 @@ struct Inner {
 pub struct FaultPlan {
     inner: Arc<Mutex<Inner>>,
     injected: Arc<AtomicU64>,
+    down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn splitmix(state: &mut u64) -> u64 {
@@ -140,6 +141,12 @@ impl FaultPlan {
         inner.random = None;
     }
 
+    /// Starts (`true`) or ends (`false`) an outage: while it lasts every operation fails,
+    /// whatever the script says.
+    pub fn outage(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
     /// How many faults were injected so far.
     pub fn injected(&self) -> u64 {
         self.injected.load(Ordering::Relaxed)
@@ -148,6 +155,10 @@ impl FaultPlan {
     /// The fault for this call of `op`, if any (called by store wrappers once per
     /// operation).
     pub fn next(&self, op: &str) -> Option<Fault> {
+        if self.down.load(Ordering::SeqCst) {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            return Some(Fault::Fail);
+        }
         let mut inner = self.lock();
         let mut found = None;
         for rule in inner.rules.iter_mut().filter(|r| r.op == op) {
@@ -205,9 +216,16 @@ mod tests {
         let a = run(7);
         assert_eq!(a, run(7));
         let hits = a.iter().filter(|f| f.is_some()).count();
-        assert!((800..1200).contains(&hits), "{hits} faults in 4000 at rate 0.25");
+        assert!(
+            (800..1200).contains(&hits),
+            "{hits} faults in 4000 at rate 0.25"
+        );
         let plan = FaultPlan::new();
         plan.random(7, 1.0, &["claim"], &[Fault::Fail]);
-        assert_eq!(plan.next("get"), None, "ops outside the list are left alone");
+        assert_eq!(
+            plan.next("get"),
+            None,
+            "ops outside the list are left alone"
+        );
     }
 }
