@@ -20,6 +20,7 @@ struct Facts {
     attempts: u32,
     cache_hit: bool,
     replayed: bool,
+    unrecorded: bool,
     slow: bool,
 }
 
@@ -34,6 +35,7 @@ fn facts<Res: ShieldResponse>(result: &Result<Res, ToolError>) -> Facts {
                 attempts: prov.map_or(1, |p| p.attempts.max(1)),
                 cache_hit: prov.is_some_and(|p| p.cache_hit),
                 replayed: prov.is_some_and(|p| p.replayed),
+                unrecorded: prov.is_some_and(|p| p.unrecorded),
                 slow: res.slow_call().is_some() || prov.is_some_and(|p| p.slow),
             }
         }
@@ -43,6 +45,7 @@ fn facts<Res: ShieldResponse>(result: &Result<Res, ToolError>) -> Facts {
             attempts: e.attempts(),
             cache_hit: false,
             replayed: false,
+            unrecorded: false,
             slow: false,
         },
     }
@@ -116,6 +119,9 @@ where
         }
         if f.slow {
             shared.slow(tool).increment(1);
+        }
+        if f.unrecorded {
+            shared.unrecorded(tool).increment(1);
         }
         if f.cache_hit {
             shared.cache_hits(tool).increment(1);

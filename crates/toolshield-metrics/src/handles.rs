@@ -67,6 +67,7 @@ pub(crate) struct ToolSlots {
     cache_hits: OnceLock<Counter>,
     cache_misses: OnceLock<Counter>,
     replays: OnceLock<Counter>,
+    unrecorded: OnceLock<Counter>,
 }
 
 /// What every service of a metrics layer, outer and inner, shares.
@@ -204,6 +205,15 @@ impl Shared {
             None,
         )
     }
+
+    pub(crate) fn unrecorded(&self, tool: usize) -> &Counter {
+        self.counter(
+            &self.slots(tool).unrecorded,
+            IDEMPOTENCY_UNRECORDED_TOTAL,
+            tool,
+            None,
+        )
+    }
 }
 
 /// `# HELP` lines for the DESIGN §5 metric set.
@@ -253,5 +263,10 @@ pub(crate) fn describe(target: &MetricsTarget) {
         IDEMPOTENCY_CACHE_HITS_TOTAL,
         Some(Unit::Count),
         "Tool calls replayed from an idempotency record.",
+    );
+    target.describe_counter(
+        IDEMPOTENCY_UNRECORDED_TOTAL,
+        Some(Unit::Count),
+        "Tool calls that ran but whose idempotency record could not be written.",
     );
 }

@@ -20,6 +20,9 @@ pub const TOOL_CACHE_HITS_TOTAL: &str = "tool_cache_hits_total";
 pub const TOOL_CACHE_MISSES_TOTAL: &str = "tool_cache_misses_total";
 /// `idempotency_cache_hits_total{tool}`: calls replayed from an idempotency record.
 pub const IDEMPOTENCY_CACHE_HITS_TOTAL: &str = "idempotency_cache_hits_total";
+/// `idempotency_unrecorded_total{tool}`: calls whose tool ran but whose idempotency record
+/// could not be written (`provenance.unrecorded`): a duplicate may not be deduplicated.
+pub const IDEMPOTENCY_UNRECORDED_TOTAL: &str = "idempotency_unrecorded_total";
 /// `circuit_breaker_state{key,state}`: 1 for the current state, 0 for the others.
 pub const CIRCUIT_BREAKER_STATE: &str = "circuit_breaker_state";
 /// `circuit_breaker_transitions_total{key,from,to}`.
