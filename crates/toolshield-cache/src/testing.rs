@@ -1,4 +1,171 @@
-//! Test support for store implementations (feature `testing`).
+//! Test support for store implementations (feature `testing`): the store contract suite
+//! ([`contract`]) and a fault-injecting wrapper ([`FaultyCacheStore`]).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolshield_core::faults::{Fault, FaultPlan};
+use toolshield_core::ToolResponse;
+
+use crate::store::{CacheLookup, CacheStore, StoreError, StoreFuture};
+
+/// The operation names [`FaultyCacheStore`] asks its [`FaultPlan`] about: the
+/// [`CacheStore`] method names.
+pub const OPS: [&str; 3] = ["get", "put", "remove"];
+
+/// A [`CacheStore`] wrapper that injects the faults of a [`FaultPlan`], so any store
+/// (the in-memory one, Redis, a third party's) can be tested against a store that fails.
+///
+/// Each operation asks the plan once, with its method name (`"get"`, `"put"`,
+/// `"remove"`: [`OPS`]), and then:
+///
+/// | fault | the real operation | the caller gets |
+/// |---|---|---|
+/// | none | performed | its result |
+/// | [`Fault::Fail`] | not performed | a [`StoreError`] |
+/// | [`Fault::Delay`] | performed after the delay (tokio time) | its result |
+/// | [`Fault::ApplyThenFail`] | performed | a [`StoreError`] (the reply was lost) |
+/// | [`Fault::ApplyLater`] | performed after the delay, in a task spawned on the tokio runtime (at once when there is none) | a [`StoreError`] at once |
+/// | [`Fault::Hang`] | not performed | nothing, ever (until the caller gives up) |
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use serde_json::json;
+/// use toolshield_cache::testing::FaultyCacheStore;
+/// use toolshield_cache::{CacheStore, InMemoryCacheStore};
+/// use toolshield_core::faults::{Fault, FaultPlan};
+/// use toolshield_core::ToolResponse;
+///
+/// let plan = FaultPlan::new();
+/// plan.once("put", Fault::ApplyThenFail);
+/// let store = FaultyCacheStore::new(InMemoryCacheStore::new(), plan.clone());
+/// let ttl = Duration::from_secs(60);
+/// assert!(store.put("k", ToolResponse::new(json!(1)), ttl).await.is_err());
+/// assert!(store.get("k").await.unwrap().is_some(), "applied all the same");
+/// assert_eq!(plan.injected(), 1);
+/// # }
+/// ```
+pub struct FaultyCacheStore<S> {
+    inner: Arc<S>,
+    plan: FaultPlan,
+}
+
+impl<S> Clone for FaultyCacheStore<S> {
+    fn clone(&self) -> Self {
+        FaultyCacheStore {
+            inner: Arc::clone(&self.inner),
+            plan: self.plan.clone(),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for FaultyCacheStore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyCacheStore")
+            .field("injected", &self.plan.injected())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: CacheStore> FaultyCacheStore<S> {
+    /// Wraps `inner`; `plan` (shared with its clones) decides the faults.
+    pub fn new(inner: S, plan: FaultPlan) -> Self {
+        Self::from_arc(Arc::new(inner), plan)
+    }
+
+    /// Wraps a store that is shared with other users (read it directly through the `Arc`).
+    pub fn from_arc(inner: Arc<S>, plan: FaultPlan) -> Self {
+        FaultyCacheStore { inner, plan }
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &FaultPlan {
+        &self.plan
+    }
+
+    /// The wrapped store, reached without faults.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Runs `op` on the wrapped store as `fault` says.
+    fn run<'a, T, F, Fut>(
+        &self,
+        name: &'static str,
+        fault: Option<Fault>,
+        op: F,
+    ) -> StoreFuture<'a, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let injected =
+            move |what: &str| StoreError::new(format!("injected fault: `{name}` {what}"));
+        Box::pin(async move {
+            match fault {
+                None => op(inner).await,
+                Some(Fault::Fail) => Err(injected("failed")),
+                Some(Fault::Delay(delay)) => {
+                    tokio::time::sleep(delay).await;
+                    op(inner).await
+                }
+                Some(Fault::ApplyThenFail) => {
+                    let _ = op(inner).await;
+                    Err(injected("applied, reply lost"))
+                }
+                Some(Fault::ApplyLater(delay)) => {
+                    match tokio::runtime::Handle::try_current() {
+                        Ok(rt) => {
+                            rt.spawn(async move {
+                                tokio::time::sleep(delay).await;
+                                let _ = op(inner).await;
+                            });
+                        }
+                        // No runtime to wait on: it lands now, and the reply is lost.
+                        Err(_) => {
+                            let _ = op(inner).await;
+                        }
+                    }
+                    Err(injected("failed, applied later"))
+                }
+                Some(Fault::Hang) => std::future::pending().await,
+            }
+        })
+    }
+}
+
+impl<S: CacheStore> CacheStore for FaultyCacheStore<S> {
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<CacheLookup>> {
+        let key = key.to_owned();
+        self.run("get", self.plan.next("get"), move |s| async move {
+            s.get(&key).await
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        response: ToolResponse,
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        let key = key.to_owned();
+        self.run("put", self.plan.next("put"), move |s| async move {
+            s.put(&key, response, ttl).await
+        })
+    }
+
+    fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {
+        let key = key.to_owned();
+        self.run("remove", self.plan.next("remove"), move |s| async move {
+            s.remove(&key).await
+        })
+    }
+}
 
 /// The contract every [`CacheStore`](crate::CacheStore) must pass.
 ///
