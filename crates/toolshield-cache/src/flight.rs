@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::Notify;
 use toolshield_core::hash::FastHashMap;
-use toolshield_core::{ToolError, ToolResponse};
+use toolshield_core::{ErrorKind, ToolError, ToolResponse};
 
 /// One flight: the leader's result (set only when someone follows), whether the leader
 /// is done, and the followers' wake-up.
@@ -66,8 +66,8 @@ pub(crate) struct Follower {
 }
 
 impl Follower {
-    /// The leader's result, or `None` when the leader was dropped without one (its call
-    /// was cancelled): the caller looks again and may lead a new flight.
+    /// The leader's result, or `None` when the leader ended without one (its call was
+    /// dropped or cancelled): the caller looks again and may lead a new flight.
     pub(crate) async fn wait(self) -> Option<Result<ToolResponse, ToolError>> {
         loop {
             // Registered before the check, so a leader ending in between still wakes us.
@@ -82,8 +82,8 @@ impl Follower {
 }
 
 /// The leader's side of a flight. Dropped without [`finish`](Leader::finish) (the call was
-/// cancelled), it ends the flight with no result: the followers wake and one of them
-/// leads a new flight.
+/// dropped), or finished with `CANCELLED`, it ends the flight with no result: the
+/// followers wake and one of them leads a new flight.
 pub(crate) struct Leader<'a> {
     flights: &'a Flights,
     key: Arc<str>,
@@ -104,7 +104,14 @@ impl Leader<'_> {
 
     /// Hands the result to every follower and ends the flight; returns whether the result
     /// was copied for followers (with none, it is not).
+    ///
+    /// A `CANCELLED` result is the leader's own caller giving up (the tool honoured the
+    /// attempt token, a child of that caller's token), not an answer for the followers,
+    /// who did not cancel: it ends the flight without a result, as a dropped leader does.
     pub(crate) fn finish(mut self, result: &Result<ToolResponse, ToolError>) -> bool {
+        if matches!(result, Err(e) if e.kind() == ErrorKind::Cancelled) {
+            return false; // dropped here: no result
+        }
         let Some(flight) = self.end() else {
             return false;
         };
@@ -169,6 +176,24 @@ mod tests {
         assert_eq!(flights.len(), 0);
         let got = waiting.await.expect("follower task");
         assert!(matches!(got, Some(Ok(r)) if r.output == serde_json::json!(1)));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_leader_hands_nothing_over() {
+        let flights = Flights::default();
+        let Join::Lead(leader) = flights.join("k") else {
+            panic!("the first caller leads");
+        };
+        let Join::Follow(follower) = flights.join("k") else {
+            panic!("the second caller follows");
+        };
+        assert!(!leader.finish(&Err(ToolError::cancelled("the caller gave up"))));
+        assert_eq!(flights.len(), 0, "the flight is gone");
+        assert!(
+            follower.wait().await.is_none(),
+            "the follower gets no result, not the leader's CANCELLED"
+        );
+        assert!(matches!(flights.join("k"), Join::Lead(_)));
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Read-only result cache for tool calls.
 //!
-//! Caches the results of `ReadOnly` calls under `cache:{tool}:sha256(canonical payload)`
-//! (RFC 8785, so key order and number spelling do not matter), optionally namespaced by
-//! caller. Per-tool TTL, and TTL 0 (the default) means off. A hit returns the stored
+//! Caches the results of `ReadOnly` calls under `cache:{tool}:-:sha256(canonical payload)`
+//! (RFC 8785, so key order and number spelling do not matter), or
+//! `cache:{tool}:s<len>:<caller>:<sha256>` when namespaced by caller ([`storage_key`]:
+//! injective, so no tool name or caller id reaches another caller's entry). Per-tool TTL, and TTL 0 (the default) means off. A hit returns the stored
 //! response with `provenance.cache_hit = true` and its original `fetched_at`.
 //!
 //! - **Single-flight**: concurrent misses on one key run the tool once and share the
-//!   result; if that call is cancelled, a waiting one takes over.
+//!   result; if that call is dropped or ends `CANCELLED`, a waiting one takes over (one
+//!   caller's cancellation is never another caller's answer).
 //! - **Errors are never cached** (nor in-band failures such as MCP `isError`).
 //! - **Stale-if-error**: within a grace period after the TTL, a call that fails because
 //!   the tool is unavailable (timeout, connection, 5xx, open circuit) returns the old
@@ -17,7 +19,7 @@
 //!
 //! Entries live in a [`CacheStore`]: [`InMemoryCacheStore`] here (bounded by entries and
 //! bytes), Redis in `toolshield-redis`. Every store passes `testing::contract` (feature
-//! `testing`).
+//! `testing`); `testing::FaultyCacheStore` injects store faults for tests.
 //!
 //! # Example
 //!

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use chrono::Utc;
+use toolshield_core::keys;
 use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
@@ -17,30 +18,34 @@ use crate::handle::{bump, Shared};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PerUser;
 
-/// The storage key of a cached result: `cache:{tool}:digest`, or
-/// `cache:{tool}:namespace/digest` when namespaced by caller. The braces are a Redis
-/// Cluster hash tag.
+/// The storage key of a cached result, in the one injective encoding every store uses
+/// ([`toolshield_core::keys::storage_key`]): `cache:{tool}:-:<digest>` for a result
+/// shared by every caller, `cache:{tool}:s<len>:<caller>:<digest>` for one namespaced by
+/// `caller`. The tool is escaped and the caller length-prefixed, so no tool name or
+/// caller id can reach another's entry; the braces are a Redis Cluster hash tag.
 ///
 /// ```
 /// use toolshield_core::Digest;
 /// let d = Digest::of_bytes(b"{}");
 /// let k = toolshield_cache::storage_key("weather", Some("agent-7"), &d);
-/// assert_eq!(k, format!("cache:{{weather}}:agent-7/{d}"));
+/// assert_eq!(k, format!("cache:{{weather}}:s7:agent-7:{d}"));
+/// assert_eq!(toolshield_cache::storage_key("weather", None, &d), format!("cache:{{weather}}:-:{d}"));
+/// // A tool name and a caller that would once have spelled the same key do not.
+/// assert_ne!(
+///     toolshield_cache::storage_key("a", Some("b}:c"), &d),
+///     toolshield_cache::storage_key("a}:b", Some("c"), &d),
+/// );
 /// ```
-pub fn storage_key(tool: &str, namespace: Option<&str>, digest: &Digest) -> String {
-    use std::fmt::Write as _;
-    let ns = namespace.map_or(0, |n| n.len() + 1);
-    let mut s = String::with_capacity(9 + tool.len() + ns + 64);
-    s.push_str("cache:{");
-    s.push_str(tool);
-    s.push_str("}:");
-    if let Some(n) = namespace {
-        s.push_str(n);
-        s.push('/');
+pub fn storage_key(tool: &str, caller: Option<&str>, digest: &Digest) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    // The digest in hex on the stack: the key is the only allocation.
+    let mut hex = [0u8; 64];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(digest.as_bytes()) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0x0f)];
     }
-    // Writing into a String does not fail.
-    let _ = write!(s, "{digest}");
-    s
+    let hex = std::str::from_utf8(&hex).unwrap_or_default();
+    keys::storage_key("cache", tool, caller, hex)
 }
 
 /// The cache service: see [`CacheLayer`](crate::CacheLayer).
@@ -94,12 +99,12 @@ pub(crate) fn key_for(req: &ToolRequest, policy: &CachePolicy) -> Option<String>
     }
     // A payload RFC 8785 cannot represent is not cached; the tool decides what it means.
     let digest = req.payload_digest().ok()?;
-    let ns = if policy.per_user || req.extensions().get::<PerUser>().is_some() {
+    let caller = if policy.per_user || req.extensions().get::<PerUser>().is_some() {
         req.meta().caller_id.as_deref()
     } else {
         None
     };
-    Some(storage_key(req.tool(), ns, &digest))
+    Some(storage_key(req.tool(), caller, &digest))
 }
 
 impl<S> Service<ToolRequest> for Cache<S>
@@ -181,7 +186,8 @@ where
                     bump(&counters.coalesced);
                     return result.map(hit);
                 }
-                // The leader was dropped: look again, and lead if nobody else does.
+                // The leader was dropped or cancelled: look again, and lead if nobody
+                // else does.
                 None => continue,
             },
             Join::Lead(leader) => {

@@ -67,7 +67,9 @@ impl From<StoreError> for ToolError {
     }
 }
 
-/// Where cached responses live. Keys are full storage keys (`cache:{tool}:digest`).
+/// Where cached responses live. Keys are full storage keys
+/// ([`storage_key`](crate::storage_key): `cache:{tool}:-:<digest>`,
+/// `cache:{tool}:s<len>:<caller>:<digest>`), stored as given.
 ///
 /// Implementations must pass the contract suite in `testing::contract` (feature `testing`).
 pub trait CacheStore: Send + Sync + 'static {

@@ -372,3 +372,166 @@ fn config_is_validated_and_strict() {
     assert_eq!(err.problems().len(), 2, "every problem is listed: {err}");
     assert!(CacheLayer::new(cfg).is_err());
 }
+
+/// A tool that honours its attempt token, as tools are told to: the first call runs
+/// until it is cancelled (then answers `CANCELLED`), later calls take a second.
+fn honouring_tool(calls: &Arc<AtomicUsize>) -> Svc {
+    let calls = Arc::clone(calls);
+    BoxCloneService::new(service_fn(move |req: ToolRequest| {
+        let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let token = req.attempt_token().clone();
+        async move {
+            let work = Duration::from_secs(if n == 1 { 3600 } else { 1 });
+            tokio::select! {
+                _ = token.cancelled() => Err(ToolError::cancelled("the call was cancelled")),
+                _ = sleep(work) => ok_n(n),
+            }
+        }
+    }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_leader_does_not_cancel_its_followers() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = honouring_tool(&calls);
+    let (layer, handle) = layer(Duration::from_secs(60), Duration::ZERO);
+    let leader_req = weather();
+    let leader_token = leader_req.call_token().clone();
+    let leader = tokio::spawn(layer.layer(svc.clone()).oneshot(leader_req));
+    sleep(Duration::from_millis(10)).await;
+    let mut followers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        followers.spawn(layer.layer(svc.clone()).oneshot(weather()));
+    }
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the followers wait");
+
+    leader_token.cancel();
+    let err = leader
+        .await
+        .expect("task")
+        .expect_err("the leader's own call is cancelled");
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+    let mut n = 0;
+    while let Some(r) = followers.join_next().await {
+        let r = r
+            .expect("task")
+            .expect("a follower never gets the leader's cancellation");
+        assert_eq!(
+            n_of(&r),
+            json!(2),
+            "the tool's real result, from a second flight"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 3);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the cancelled call, then one new flight"
+    );
+    assert_eq!(handle.counts().misses, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_leader_future_hands_over_to_a_follower() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = honouring_tool(&calls);
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    let mut leader = Box::pin(layer.layer(svc.clone()).oneshot(weather()));
+    tokio::select! {
+        _ = &mut leader => panic!("the first call runs until it is cancelled"),
+        _ = sleep(Duration::from_millis(10)) => {}
+    }
+    let mut followers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        followers.spawn(layer.layer(svc.clone()).oneshot(weather()));
+    }
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the followers wait");
+
+    drop(leader);
+    while let Some(r) = followers.join_next().await {
+        let r = r.expect("task").expect("a follower takes over");
+        assert_eq!(n_of(&r), json!(2));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A layer that caches every tool for a minute, namespaced by caller.
+fn per_user_layer() -> CacheLayer {
+    CacheLayer::new(CacheConfig {
+        default_ttl: Duration::from_secs(60),
+        per_user: true,
+        ..CacheConfig::default()
+    })
+    .expect("valid config")
+}
+
+#[tokio::test(start_paused = true)]
+async fn tool_and_caller_pairs_that_spelled_one_key_do_not_share_an_entry() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let layer = per_user_layer();
+    let payload = json!({"account": "me"});
+    // Once both were `cache:{a}:b}:c/<digest>`.
+    let first = ToolRequest::new("a", payload.clone())
+        .kind(CallKind::ReadOnly)
+        .caller("b}:c");
+    let second = ToolRequest::new("a}:b", payload)
+        .kind(CallKind::ReadOnly)
+        .caller("c");
+    call(&svc, &layer, first.clone()).await.expect("first");
+    let other = call(&svc, &layer, second.clone()).await.expect("second");
+    assert!(
+        !other.provenance.cache_hit,
+        "caller `c` of tool `a}}:b` is not served caller `b}}:c`'s entry of tool `a`"
+    );
+    assert_eq!(n_of(&other), json!(2));
+    // Each still hits its own entry.
+    for (req, n) in [(first, 1), (second, 2)] {
+        let again = call(&svc, &layer, req).await.expect("hit");
+        assert!(again.provenance.cache_hit);
+        assert_eq!(n_of(&again), json!(n));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_without_a_caller_never_hits_a_callers_entry() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let layer = per_user_layer();
+    let alice = weather().caller("alice");
+    call(&svc, &layer, alice.clone()).await.expect("alice");
+    // The same tool and payload, per user or not, without a caller.
+    for anonymous in [weather(), weather().extension(PerUser)] {
+        let r = call(&svc, &layer, anonymous).await.expect("anonymous");
+        assert_ne!(n_of(&r), json!(1), "never alice's entry");
+    }
+    assert!(
+        call(&svc, &layer, alice)
+            .await
+            .expect("alice")
+            .provenance
+            .cache_hit
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "alice's call and one anonymous call"
+    );
+}
+
+#[test]
+fn storage_keys_use_the_core_encoding() {
+    let d = toolshield_core::Digest::of_bytes(b"{}");
+    assert_eq!(
+        toolshield_cache::storage_key("a}:b", Some("c"), &d),
+        toolshield_core::keys::storage_key("cache", "a}:b", Some("c"), &d.to_hex())
+    );
+    assert_eq!(
+        toolshield_cache::storage_key("weather", None, &d),
+        format!("cache:{{weather}}:-:{d}")
+    );
+}

@@ -21,8 +21,11 @@ fn get_script() -> &'static LuaScript {
     S.get_or_init(|| LuaScript::new(GET_WITH_TTL))
 }
 
-/// A [`CacheStore`] in Redis: entries are `{output, provenance}` JSON strings under
-/// `cache:{tool}:digest` with a `PX` TTL, shared by every process on the same Redis.
+/// A [`CacheStore`] in Redis: entries are `{output, provenance}` JSON strings under the
+/// connection's key prefix followed by the key the cache layer gives
+/// ([`toolshield_cache::storage_key`]: `cache:{tool}:-:<digest>`, or
+/// `cache:{tool}:s<len>:<caller>:<digest>`, injective in tool and caller), with a `PX`
+/// TTL, shared by every process on the same Redis.
 ///
 /// `get` is one round trip (a Lua script returning the value and its `PTTL`), `put` one
 /// `SET key json PX ttl`, `remove` one `DEL`. Each is bounded by the connection's
