@@ -55,10 +55,18 @@ struct KeyLog {
     /// Outputs of the effects that took place.
     effects: Vec<Value>,
     told_unknown: bool,
+    /// Callers that gave up (dropped their call): an effect of theirs is known to nobody,
+    /// and the layer records it as OUTCOME_UNKNOWN unless the store fails for the rest of
+    /// the lease.
+    gave_up: usize,
+    /// Outputs handed to callers as fresh (not replayed) successes, recorded or not.
+    fresh: Vec<Value>,
     told_unrecorded: bool,
     /// Outputs handed to callers as fresh (not replayed) successes that were recorded.
     recorded_fresh: Vec<Value>,
     replays: Vec<Value>,
+    /// What each caller got, for the report of a violation.
+    outcomes: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -147,20 +155,22 @@ fn tool(ledger: &Arc<Ledger>, rng: &Arc<Mutex<fastrand::Rng>>, scenario: Arc<Sce
                 k.running += 1;
                 k.max_running = k.max_running.max(k.running);
             });
-            let _running = Running {
+            let running = Running {
                 ledger: Arc::clone(&ledger),
                 key: key.clone(),
             };
-            let effect = |ledger: &Ledger| {
-                let id = ledger.next_effect.fetch_add(1, Ordering::SeqCst);
-                let out = json!({"order": key, "effect": id});
-                ledger.with(&key, |k| k.effects.push(out.clone()));
+            let effect = |running: &Running| {
+                let id = running.ledger.next_effect.fetch_add(1, Ordering::SeqCst);
+                let out = json!({"order": running.key, "effect": id});
+                running
+                    .ledger
+                    .with(&running.key, |k| k.effects.push(out.clone()));
                 out
             };
-            match behaviour {
+            let result = match behaviour {
                 Behaviour::Succeed(d) => {
                     sleep(d).await;
-                    Ok(ToolResponse::new(effect(&ledger)))
+                    Ok(ToolResponse::new(effect(&running)))
                 }
                 Behaviour::FailRetriable(d) => {
                     sleep(d).await;
@@ -171,7 +181,7 @@ fn tool(ledger: &Arc<Ledger>, rng: &Arc<Mutex<fastrand::Rng>>, scenario: Arc<Sce
                     Err(ToolError::new(ErrorKind::ExecutionFailed, "card declined"))
                 }
                 Behaviour::EffectThenTimeout(d) => {
-                    effect(&ledger);
+                    effect(&running);
                     sleep(d).await;
                     Err(ToolError::new(
                         ErrorKind::Timeout,
@@ -179,7 +189,8 @@ fn tool(ledger: &Arc<Ledger>, rng: &Arc<Mutex<fastrand::Rng>>, scenario: Arc<Sce
                     ))
                 }
                 Behaviour::Hang => std::future::pending().await,
-            }
+            };
+            result
         }
     }))
 }
@@ -275,8 +286,20 @@ async fn run(r: Run, stores: Vec<Arc<dyn IdempotencyStore>>, plan: FaultPlan) ->
     for (key, out) in results {
         let Ok(result) = out else {
             totals.cancelled += 1;
+            ledger.with(&key, |k| {
+                k.gave_up += 1;
+                k.outcomes.push("gave up".into());
+            });
             continue;
         };
+        let what = match &result {
+            Ok(r) => format!(
+                "ok {} replayed={} unrecorded={}",
+                r.output, r.provenance.replayed, r.provenance.unrecorded
+            ),
+            Err(e) => format!("{}: {}", e.code(), e.message()),
+        };
+        ledger.with(&key, |k| k.outcomes.push(what));
         match result {
             Ok(resp) => {
                 let output = resp.output.clone();
@@ -286,8 +309,13 @@ async fn run(r: Run, stores: Vec<Arc<dyn IdempotencyStore>>, plan: FaultPlan) ->
                     }
                     if resp.provenance.replayed {
                         k.replays.push(output);
-                    } else if !resp.provenance.unrecorded {
-                        k.recorded_fresh.push(output);
+                    } else {
+                        if !k.fresh.contains(&output) {
+                            k.fresh.push(output.clone());
+                        }
+                        if !resp.provenance.unrecorded {
+                            k.recorded_fresh.push(output);
+                        }
                     }
                 });
                 if resp.provenance.unrecorded {
@@ -318,10 +346,14 @@ async fn run(r: Run, stores: Vec<Arc<dyn IdempotencyStore>>, plan: FaultPlan) ->
                 .violations
                 .push(format!("{key}: {} executions ran at once", k.max_running));
         }
-        if k.effects.len() > 1 && !k.told_unknown && !k.told_unrecorded {
+        // Without an OUTCOME_UNKNOWN (or unrecorded) told for the key, at most one effect
+        // reached a caller, and every other effect belongs to a caller that gave up.
+        let untold = k.effects.len().saturating_sub(k.fresh.len());
+        if !k.told_unknown && !k.told_unrecorded && (k.fresh.len() > 1 || untold > k.gave_up) {
             totals.violations.push(format!(
-                "{key}: {} effects and no caller was told OUTCOME_UNKNOWN",
-                k.effects.len()
+                "{key}: {} effects and no caller was told OUTCOME_UNKNOWN; callers got {:?}",
+                k.effects.len(),
+                k.outcomes
             ));
         }
         for out in k.recorded_fresh.iter().chain(k.replays.iter()) {

@@ -153,20 +153,50 @@ impl ClaimGuard {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let store = Arc::clone(&self.shared.store);
+        let shared = Arc::clone(&self.shared);
         let key = self.key.clone();
         let owner = self.owner.clone();
         rt.spawn(async move {
-            let r = match action {
-                OnDrop::Release => store.release(&key, &owner).await,
-                OnDrop::Write(rec, ttl) if rec.status == RecordStatus::Completed => {
-                    store.complete(&key, &owner, *rec, ttl).await
+            let store = &shared.store;
+            match action {
+                OnDrop::Release => {
+                    if let Err(e) = store.release(&key, &owner).await {
+                        tracing::warn!(error = %e, "idempotency: could not release a claim; its lease will expire");
+                    }
                 }
-                OnDrop::Write(rec, ttl) => store.fail(&key, &owner, *rec, ttl).await,
-                OnDrop::Nothing => Ok(true),
-            };
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "idempotency: could not clean up a claim; its lease will expire");
+                OnDrop::Write(rec, ttl) => {
+                    // The record must not be lost to a passing store fault: retry while the
+                    // lease can be kept, renewing it between tries.
+                    let lease = shared.config.lease;
+                    let mut valid_until = deadline_after(Instant::now(), lease);
+                    let mut pause = Duration::from_millis(10);
+                    loop {
+                        let r = if rec.status == RecordStatus::Completed {
+                            store.complete(&key, &owner, (*rec).clone(), ttl).await
+                        } else {
+                            store.fail(&key, &owner, (*rec).clone(), ttl).await
+                        };
+                        match r {
+                            Ok(_) => break,
+                            Err(e) => {
+                                bump(&shared.counters.store_errors);
+                                if Instant::now().checked_add(pause).is_none_or(|t| t >= valid_until) {
+                                    tracing::error!(error = %e, "idempotency: could not record the outcome of a dropped call; its lease will expire");
+                                    break;
+                                }
+                                tokio::time::sleep(pause).await;
+                                pause = pause.saturating_mul(2).min(Duration::from_millis(500));
+                                let sent = Instant::now();
+                                match store.renew(&key, &owner, lease).await {
+                                    Ok(true) => valid_until = deadline_after(sent, lease),
+                                    Ok(false) => break,
+                                    Err(_) => {}
+                                }
+                            }
+                        }
+                    }
+                }
+                OnDrop::Nothing => {}
             }
         });
     }
