@@ -97,7 +97,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool("calculator", calculator)
         .tool("search", search)
         .server("weather", weather)
-        .build();
+        .build()?;
 
     // The "conversation": what the model would read after each tool call.
     let mut transcript: Vec<String> = Vec::new();

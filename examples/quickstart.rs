@@ -173,7 +173,7 @@ async fn main() -> Result<(), BoxError> {
         .tool("flaky_api", flaky)
         .tool("weather", weather)
         .tool("pay", pay)
-        .build();
+        .build()?;
     let read =
         |tool: &str, payload: Value| ToolRequest::new(tool, payload).kind(CallKind::ReadOnly);
 

@@ -51,7 +51,11 @@ async fn matrix_breaker_opens_after_5_consecutive_failures_and_fails_fast() {
     let tool = scripted(&calls, |_, _| async {
         Err(ToolError::new(ErrorKind::UpstreamUnavailable, "503"))
     });
-    let router = shield(NO_RETRY).router().tool("search", tool).build();
+    let router = shield(NO_RETRY)
+        .router()
+        .tool("search", tool)
+        .build()
+        .expect("valid tool names");
     for _ in 0..5 {
         let e = router
             .clone()
@@ -88,7 +92,11 @@ async fn matrix_after_the_open_wait_half_open_allows_one_test_call() {
         }
     });
     let s = shield(NO_RETRY);
-    let router = s.router().tool("search", tool).build();
+    let router = s
+        .router()
+        .tool("search", tool)
+        .build()
+        .expect("valid tool names");
     for _ in 0..5 {
         let _ = router.clone().oneshot(read("search", json!({}))).await;
     }
@@ -125,7 +133,11 @@ async fn matrix_duplicate_concurrent_mutation_waits_or_fails_fast() {
         let cfg = format!(
             "[tools.pay]\nkind = \"mutating\"\nidempotency = {{ on_pending = \"{mode}\" }}\n"
         );
-        let router = shield(&cfg).router().tool("pay", tool).build();
+        let router = shield(&cfg)
+            .router()
+            .tool("pay", tool)
+            .build()
+            .expect("valid tool names");
         let req = || ToolRequest::new("pay", json!({"amount": 10})).idempotency_key("order-1");
         let (a, b) = tokio::join!(router.clone().oneshot(req()), async {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -155,7 +167,8 @@ async fn matrix_duplicate_sequential_request_returns_the_stored_result() {
     let router = shield("[tools.pay]\nkind = \"mutating\"\n")
         .router()
         .tool("pay", tool)
-        .build();
+        .build()
+        .expect("valid tool names");
     let req = || ToolRequest::new("pay", json!({"amount": 10})).idempotency_key("order-2");
     let first = router.clone().oneshot(req()).await.unwrap();
     let second = router.clone().oneshot(req()).await.unwrap();
@@ -178,7 +191,11 @@ async fn matrix_a_network_timeout_is_retried_up_to_3_attempts_with_backoff() {
         Ok(ToolResponse::new(json!("late")))
     });
     let s = shield("[defaults]\ntimeout = { attempt = \"1s\", soft = \"500ms\" }\nretry = { max_attempts = 3 }\n");
-    let router = s.router().tool("search", tool).build();
+    let router = s
+        .router()
+        .tool("search", tool)
+        .build()
+        .expect("valid tool names");
     let start = tokio::time::Instant::now();
     let err = router.oneshot(read("search", json!({}))).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
@@ -198,7 +215,11 @@ async fn matrix_a_bad_request_fails_at_once_without_retry() {
     let tool = scripted(&calls, |_, _| async {
         Err(ToolError::invalid_input("400 bad request"))
     });
-    let router = shield("").router().tool("search", tool).build();
+    let router = shield("")
+        .router()
+        .tool("search", tool)
+        .build()
+        .expect("valid tool names");
     let err = router.oneshot(read("search", json!({}))).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -213,8 +234,16 @@ async fn audit_breaker_state_is_shared_across_calls_and_separately_built_routers
         Err(ToolError::new(ErrorKind::ConnectionFailed, "down"))
     });
     let s = shield(NO_RETRY);
-    let a = s.router().tool("db", tool.clone()).build();
-    let b = s.router().tool("db", tool).build();
+    let a = s
+        .router()
+        .tool("db", tool.clone())
+        .build()
+        .expect("valid tool names");
+    let b = s
+        .router()
+        .tool("db", tool)
+        .build()
+        .expect("valid tool names");
     for i in 0..5 {
         let r = if i % 2 == 0 { a.clone() } else { b.clone() };
         let _ = r.oneshot(read("db", json!({}))).await;
@@ -240,7 +269,11 @@ async fn audit_full_path_cache_serves_while_the_breaker_is_open_with_provenance(
     let s = shield(
         "[defaults]\nretry = { max_attempts = 1 }\n[tools.weather]\nkind = \"read_only\"\ncache = { ttl = \"10m\" }\n",
     );
-    let router = s.router().tool("weather", tool).build();
+    let router = s
+        .router()
+        .tool("weather", tool)
+        .build()
+        .expect("valid tool names");
     let first = router
         .clone()
         .oneshot(read("weather", json!({"city": "Paris"})))
@@ -282,7 +315,8 @@ async fn audit_soft_timeout_marks_slow_calls() {
     let router = shield("[defaults]\ntimeout = { attempt = \"4s\", soft = \"2s\" }\n")
         .router()
         .tool("search", tool)
-        .build();
+        .build()
+        .expect("valid tool names");
     let res = router.oneshot(read("search", json!({}))).await.unwrap();
     assert!(res.provenance.slow);
 }
@@ -313,7 +347,8 @@ async fn audit_per_tool_cache_ttl_is_selected_from_config() {
         .router()
         .tool("weather", tool.clone())
         .tool("search", tool)
-        .build();
+        .build()
+        .expect("valid tool names");
     for _ in 0..2 {
         router
             .clone()
@@ -347,7 +382,11 @@ async fn cancellation_mid_call_is_not_counted_by_the_breaker() {
         Ok(ToolResponse::new(json!("late")))
     });
     let s = shield(NO_RETRY);
-    let router = s.router().tool("search", tool).build();
+    let router = s
+        .router()
+        .tool("search", tool)
+        .build()
+        .expect("valid tool names");
     for _ in 0..6 {
         let token = CancellationToken::new();
         let req = read("search", json!({})).cancel_token(token.clone());
@@ -374,7 +413,11 @@ async fn schema_validation_runs_before_everything_and_is_never_retried() {
     let s = shield(
         "[tools.pay]\nkind = \"mutating\"\n[tools.pay.schema]\ntype = \"object\"\nrequired = [\"amount\"]\n",
     );
-    let router = s.router().tool("pay", tool).build();
+    let router = s
+        .router()
+        .tool("pay", tool)
+        .build()
+        .expect("valid tool names");
     let err = router
         .clone()
         .oneshot(ToolRequest::new("pay", json!({"amont": 5})).idempotency_key("k"))
@@ -402,7 +445,8 @@ async fn disabled_shield_is_a_pass_through() {
         .unwrap()
         .router()
         .tool("search", tool)
-        .build();
+        .build()
+        .expect("valid tool names");
     for _ in 0..8 {
         let e = router
             .clone()
@@ -429,7 +473,8 @@ async fn router_dispatches_by_name_mcp_servers_by_prefix_and_unknown_is_not_foun
     let mut router = RouterBuilder::unshielded()
         .tool("weather", weather)
         .server("github", github)
-        .build();
+        .build()
+        .expect("valid tool names");
     let res = router
         .ready()
         .await
@@ -475,7 +520,11 @@ schema = { type = "object", required = ["repo"] }
     let github = scripted(&calls, |_, req| async move {
         Ok(ToolResponse::new(json!(req.tool().to_owned())))
     });
-    let router = s.router().server("github", github).build();
+    let router = s
+        .router()
+        .server("github", github)
+        .build()
+        .expect("valid tool names");
     let call = |tool: &str, payload: Value| router.clone().oneshot(ToolRequest::new(tool, payload));
 
     let first = call("github__list_issues", json!({"repo": "a/b"}))
@@ -535,7 +584,11 @@ async fn fallback_tier_answers_when_the_breaker_is_open_and_the_hand_over_is_a_m
         Ok(ToolResponse::new(json!("small model answer")))
     });
     let chain = toolshield_fallback::FallbackLayer::new().tier("small-model", small);
-    let router = s.router().tool_with_fallback("llm", primary, chain).build();
+    let router = s
+        .router()
+        .tool_with_fallback("llm", primary, chain)
+        .build()
+        .expect("valid tool names");
 
     for _ in 0..7 {
         let res = router

@@ -26,7 +26,7 @@ async fn readme_use_it_example() -> Result<(), Box<dyn std::error::Error>> {
             json!({"city": req.payload()["city"], "temp": 21}),
         ))
     });
-    let router = shield.router().tool("weather", weather).build();
+    let router = shield.router().tool("weather", weather).build()?;
 
     let req = ToolRequest::new("weather", json!({"city": "Paris"}))
         .kind(CallKind::ReadOnly)

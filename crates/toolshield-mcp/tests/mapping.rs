@@ -86,7 +86,8 @@ async fn server_prefix_is_stripped_behind_the_router() {
     let router = RouterBuilder::unshielded()
         .server("files", client.clone().with_server("files"))
         .tool("local_echo", client.tool("echo"))
-        .build();
+        .build()
+        .expect("valid tool names");
     let res = router
         .clone()
         .oneshot(ToolRequest::new("files__echo", json!({"p": 1})))

@@ -196,6 +196,10 @@ impl ShieldConfig {
                         p.push("tools", "a tool name must not be empty or blank");
                         continue;
                     }
+                    if let Some(why) = toolshield_core::keys::check_tool_name(&name) {
+                        p.push("tools", format_args!("{name:?}: {why}"));
+                        continue;
+                    }
                     if name == "other" {
                         p.push(
                             path,

@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use toolshield_breaker::{BreakerLayer, BreakerRegistry};
 use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, CacheStore, InMemoryCacheStore};
 use toolshield_cancel::CancelLayer;
+use toolshield_core::config::Problems;
 use toolshield_core::hash::FastHashMap;
 use toolshield_core::panic::{CatchPanicLayer, CountPanics};
 use toolshield_core::{ConfigError, ErrorKind, ToolError, ToolRequest, ToolResponse, ToolService};
@@ -64,7 +65,7 @@ struct ToolLayers {
 /// "#)?;
 /// let shield = Shield::from_config(cfg)?;
 /// let weather = service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!({"temp": 21}))) });
-/// let router = shield.router().tool("weather", weather).build();
+/// let router = shield.router().tool("weather", weather).build()?;
 ///
 /// let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(CallKind::ReadOnly);
 /// let first = router.clone().oneshot(req.clone()).await?;
@@ -343,6 +344,7 @@ impl Shield {
             shield: Some(self.clone()),
             tools: FastHashMap::default(),
             servers: FastHashMap::default(),
+            problems: Problems::new(),
         }
     }
 }
@@ -363,6 +365,8 @@ pub struct RouterBuilder {
     shield: Option<Shield>,
     tools: FastHashMap<Arc<str>, BoxTool>,
     servers: FastHashMap<Arc<str>, BoxTool>,
+    /// Names refused at registration, reported by [`build`](Self::build).
+    problems: Problems,
 }
 
 impl fmt::Debug for RouterBuilder {
@@ -381,17 +385,46 @@ impl RouterBuilder {
             shield: None,
             tools: FastHashMap::default(),
             servers: FastHashMap::default(),
+            problems: Problems::new(),
         }
     }
 
     /// Registers `service` for calls of `tool`, behind the shield with `tool`'s settings.
+    ///
+    /// A name that is blank, too long, or holds braces or control characters, or one
+    /// registered twice, is refused: [`build`](Self::build) lists every such problem.
     pub fn tool<S>(mut self, tool: &str, service: S) -> Self
     where
         S: ToolService,
     {
-        let svc = self.shielded(tool, service, None);
-        self.tools.insert(Arc::from(tool), svc);
+        if self.accept("tools", tool) {
+            let svc = self.shielded(tool, service, None);
+            self.tools.insert(Arc::from(tool), svc);
+        }
         self
+    }
+
+    /// Whether `name` may be registered as a route; records why not.
+    fn accept(&mut self, what: &str, name: &str) -> bool {
+        if let Some(why) = toolshield_core::keys::check_tool_name(name) {
+            self.problems.push(what, format_args!("{name:?}: {why}"));
+            return false;
+        }
+        if what == "servers" && name.contains("__") {
+            self.problems.push(
+                what,
+                format_args!("{name:?}: a server name must not contain `__` (it separates the server from its tools)"),
+            );
+            return false;
+        }
+        if self.tools.contains_key(name) && what == "tools"
+            || self.servers.contains_key(name) && what == "servers"
+        {
+            self.problems
+                .push(what, format_args!("{name:?} is registered twice"));
+            return false;
+        }
+        true
     }
 
     /// `service` behind the shield with `name`'s settings (as given without a shield).
@@ -418,8 +451,10 @@ impl RouterBuilder {
     where
         S: ToolService,
     {
-        let svc = self.shielded(tool, service, Some(fallback));
-        self.tools.insert(Arc::from(tool), svc);
+        if self.accept("tools", tool) {
+            let svc = self.shielded(tool, service, Some(fallback));
+            self.tools.insert(Arc::from(tool), svc);
+        }
         self
     }
 
@@ -434,6 +469,9 @@ impl RouterBuilder {
     where
         S: ToolService,
     {
+        if !self.accept("servers", server) {
+            return self;
+        }
         let svc = self.shielded(server, service, None);
         // The calls carry their full names; the layers shared by every tool look their
         // settings up under the server's section.
@@ -446,14 +484,15 @@ impl RouterBuilder {
         self
     }
 
-    /// The router.
-    pub fn build(self) -> ToolRouter {
-        ToolRouter {
+    /// The router, or every name refused at registration.
+    pub fn build(self) -> Result<ToolRouter, ConfigError> {
+        self.problems.into_result()?;
+        Ok(ToolRouter {
             routes: Arc::new(Routes {
                 tools: self.tools,
                 servers: self.servers,
             }),
-        }
+        })
     }
 }
 
@@ -466,7 +505,9 @@ impl Routes {
     fn find(&self, tool: &str) -> Option<&BoxTool> {
         self.tools.get(tool).or_else(|| {
             let (server, rest) = tool.split_once("__")?;
-            if rest.is_empty() {
+            // The rest of the name is chosen by the caller (a model): a name no route could
+            // register is not routed.
+            if rest.is_empty() || toolshield_core::keys::check_tool_name(tool).is_some() {
                 return None;
             }
             self.servers.get(server)

@@ -69,7 +69,8 @@ async fn a_panicking_tool_through_the_router_is_internal_without_its_text() {
     let router = shield("[tools.weather]\nkind = \"read_only\"\n")
         .router()
         .tool("weather", panicking_tool(&calls))
-        .build();
+        .build()
+        .expect("valid tool names");
     assert_internal_without_the_text(call(&router).await);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
@@ -90,7 +91,8 @@ async fn a_panic_counts_for_the_breaker_and_is_not_retried() {
     let router = shield
         .router()
         .tool("weather", panicking_tool(&calls))
-        .build();
+        .build()
+        .expect("valid tool names");
 
     assert_internal_without_the_text(call(&router).await);
     assert_eq!(
@@ -126,7 +128,8 @@ async fn a_panic_in_call_is_caught_by_the_stack() {
     let router = shield("[tools.weather]\nkind = \"read_only\"\n")
         .router()
         .tool("weather", tool)
-        .build();
+        .build()
+        .expect("valid tool names");
     assert_internal_without_the_text(call(&router).await);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
@@ -136,14 +139,16 @@ async fn every_route_contains_panics_shielded_or_not() {
     let calls = Arc::new(AtomicUsize::new(0));
     let unshielded = RouterBuilder::unshielded()
         .tool("weather", panicking_tool(&calls))
-        .build();
+        .build()
+        .expect("valid tool names");
     assert_internal_without_the_text(call(&unshielded).await);
 
     // A disabled shield is a pass-through, and still no panic leaves the router.
     let disabled = shield("enabled = false\n[tools.weather]\nkind = \"read_only\"\n")
         .router()
         .tool("weather", panicking_tool(&calls))
-        .build();
+        .build()
+        .expect("valid tool names");
     assert_internal_without_the_text(call(&disabled).await);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }

@@ -1,0 +1,75 @@
+//! Tool names are validated where they enter: configuration and route registration.
+//! Braces delimit the Redis hash tag of every storage key and control characters reach
+//! logs and labels, so neither may appear in a name.
+
+use serde_json::json;
+use toolshield::prelude::*;
+use toolshield_core::ToolService;
+use tower::{service_fn, ServiceExt};
+
+fn echo() -> impl ToolService {
+    service_fn(|req: ToolRequest| async move {
+        Ok::<_, ToolError>(ToolResponse::new(json!({ "tool": req.tool() })))
+    })
+}
+
+#[test]
+fn a_config_with_braces_or_control_characters_in_a_tool_name_lists_each() {
+    let err = ShieldConfig::from_toml_str(
+        r#"
+        [tools."a}:b"]
+        kind = "read_only"
+        [tools."line\nbreak"]
+        kind = "read_only"
+        [tools.fine]
+        kind = "read_only"
+        "#,
+    )
+    .expect_err("rejected");
+    let text = err.to_string();
+    assert_eq!(err.problems().len(), 2, "{text}");
+    assert!(text.contains("a}:b"), "{text}");
+    assert!(text.contains("line\\nbreak"), "{text}");
+}
+
+#[test]
+fn a_router_refuses_bad_and_duplicate_names_and_lists_them_all() {
+    let shield = Shield::from_config(ShieldConfig::default()).expect("shield");
+    let err = shield
+        .router()
+        .tool("a}b", echo())
+        .tool("ok", echo())
+        .tool("ok", echo())
+        .tool(" ", echo())
+        .server("srv__x", echo())
+        .build()
+        .expect_err("refused");
+    let text = err.to_string();
+    assert_eq!(err.problems().len(), 4, "{text}");
+    assert!(
+        text.contains("a}b") && text.contains("registered twice"),
+        "{text}"
+    );
+    assert!(text.contains("srv__x"), "{text}");
+}
+
+#[tokio::test]
+async fn a_server_route_does_not_route_a_name_no_route_could_register() {
+    let shield = Shield::from_config(ShieldConfig::default()).expect("shield");
+    let router = shield
+        .router()
+        .server("github", echo())
+        .build()
+        .expect("valid");
+    let ok = router
+        .clone()
+        .oneshot(ToolRequest::new("github__search", json!({})))
+        .await
+        .expect("routed");
+    assert_eq!(ok.output["tool"], "github__search");
+    let err = router
+        .oneshot(ToolRequest::new("github__x}:y", json!({})))
+        .await
+        .expect_err("not routed");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+}
