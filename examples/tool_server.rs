@@ -57,7 +57,7 @@ async fn main() -> Result<(), BoxError> {
             json!({"city": req.payload()["city"], "temp_c": 21}),
         ))
     });
-    let tools = shield.router().tool("weather", weather).build();
+    let tools = shield.router().tool("weather", weather).build()?;
 
     let ops = ShieldRouter::new()
         .core_check("tools", || async { Ok::<(), String>(()) })
