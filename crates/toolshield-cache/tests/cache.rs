@@ -516,10 +516,14 @@ async fn a_call_without_a_caller_never_hits_a_callers_entry() {
             .provenance
             .cache_hit
     );
+    // A per-user result for a call that names no caller is never cached: it would be
+    // served to every other anonymous call.
+    let again = call(&svc, &layer, weather()).await.expect("anonymous");
+    assert!(!again.provenance.cache_hit, "no shared anonymous entry");
     assert_eq!(
         calls.load(Ordering::SeqCst),
-        2,
-        "alice's call and one anonymous call"
+        4,
+        "alice's call and three anonymous calls, none cached"
     );
 }
 
