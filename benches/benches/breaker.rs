@@ -1,6 +1,7 @@
 //! Circuit breaker, closed state, admit + record: the bare service, toolshield's breaker
 //! and the breakers of recloser, failsafe and tower-resilience in one group; the same on
-//! two threads sharing one hot key; and the memory one breaker takes.
+//! two threads sharing one hot key; a full registry of unevictable breakers, a known key
+//! against a new key; and the memory one breaker takes.
 
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
@@ -13,12 +14,14 @@ use std::time::{Duration, Instant};
 
 use std::future::{ready, Ready};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http::Extensions;
 use serde_json::Value;
 use tokio::time::Instant as TokioInstant;
 use tokio_util::sync::CancellationToken;
-use toolshield_breaker::{BreakerLayer, BreakerRegistry};
+use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry};
 use toolshield_core::{CallKind, ShieldRequest, ToolError, ToolResponse};
 use tower::{Layer, Service};
 
@@ -249,6 +252,151 @@ fn hot_key_threads(c: &mut Criterion) {
     g.finish();
 }
 
+/// A [`LiteRequest`] whose tool name, and so its breaker key, is chosen per request.
+#[derive(Clone)]
+struct KeyedRequest {
+    key: Arc<str>,
+    extensions: Extensions,
+}
+
+impl KeyedRequest {
+    fn new(key: impl Into<Arc<str>>) -> Self {
+        KeyedRequest {
+            key: key.into(),
+            extensions: Extensions::new(),
+        }
+    }
+}
+
+impl ShieldRequest for KeyedRequest {
+    fn tool(&self) -> &str {
+        &self.key
+    }
+    fn call_kind(&self) -> CallKind {
+        CallKind::ReadOnly
+    }
+    fn get_idempotency_key(&self) -> Option<&str> {
+        None
+    }
+    fn call_token(&self) -> Option<&CancellationToken> {
+        None
+    }
+    fn attempt_token(&self) -> Option<&CancellationToken> {
+        None
+    }
+    fn deadline_at(&self) -> Option<TokioInstant> {
+        None
+    }
+    fn set_deadline(&mut self, _deadline: TokioInstant) {}
+    fn attempt(&self) -> u32 {
+        1
+    }
+    fn begin_attempt(&mut self, _attempt: u32) {}
+    fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+}
+
+/// [`BareTool`] for [`KeyedRequest`]s.
+#[derive(Clone, Copy, Default)]
+struct KeyedTool;
+
+impl Service<KeyedRequest> for KeyedTool {
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = Ready<Result<ToolResponse, ToolError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: KeyedRequest) -> Self::Future {
+        ready(Ok(ToolResponse::new(Value::Bool(true))))
+    }
+}
+
+/// One call of `req` through `svc`, asserting success.
+fn call_keyed<S>(svc: &mut S, req: KeyedRequest)
+where
+    S: Service<KeyedRequest>,
+    S::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let _ = svc.poll_ready(&mut cx);
+    let res = block_on(svc.call(req));
+    assert!(res.is_ok());
+}
+
+/// A registry holding `max_keys` = 10,000 breakers none of which can be evicted: 9,998
+/// forced open, and the two keys the known-key entry alternates between, forced closed
+/// (they admit and record every call, and a sweep keeps them).
+fn full_registry() -> BreakerRegistry {
+    const KEYS: usize = 10_000;
+    let registry = BreakerRegistry::new(BreakerConfig {
+        max_keys: KEYS,
+        ..BreakerConfig::default()
+    })
+    .expect("valid config");
+    for i in 0..KEYS - 2 {
+        registry.force_open(&format!("open-{i}"));
+    }
+    registry.force_closed("known-a");
+    registry.force_closed("known-b");
+    assert_eq!(registry.len(), KEYS);
+    registry
+}
+
+fn full_registry_new_key(c: &mut Criterion) {
+    let mut g = c.benchmark_group("breaker_full_registry");
+    let registry = full_registry();
+    let known = [KeyedRequest::new("known-a"), KeyedRequest::new("known-b")];
+
+    let mut bare = KeyedTool;
+    g.bench_function("bare", |b| {
+        b.iter_batched(
+            || known[0].clone(),
+            |req| call_keyed(&mut bare, black_box(req)),
+            BatchSize::SmallInput,
+        )
+    });
+
+    // Two keys in turn, so each call misses the service's one-key cache and looks the
+    // key up in the registry.
+    let mut svc = BreakerLayer::new(registry.clone()).layer(KeyedTool);
+    let mut turn = 0usize;
+    g.bench_function("known key", |b| {
+        b.iter_batched(
+            || {
+                turn += 1;
+                known[turn % 2].clone()
+            },
+            |req| call_keyed(&mut svc, black_box(req)),
+            BatchSize::SmallInput,
+        )
+    });
+
+    // A key never seen before on every call: the registry is full and nothing can be
+    // evicted, so each call runs under a breaker that is not kept.
+    let mut svc = BreakerLayer::new(registry.clone()).layer(KeyedTool);
+    let mut n = 0u64;
+    g.bench_function("new key", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                KeyedRequest::new(format!("new-{n}"))
+            },
+            |req| call_keyed(&mut svc, black_box(req)),
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+    assert_eq!(registry.len(), 10_000, "nothing was evicted");
+    println!("calls that overflowed: {}", registry.overflowed());
+}
+
 fn memory(_c: &mut Criterion) {
     let registry = BreakerRegistry::default();
     println!(
@@ -259,5 +407,11 @@ fn memory(_c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, memory, closed_admit_record, hot_key_threads);
+criterion_group!(
+    benches,
+    memory,
+    closed_admit_record,
+    hot_key_threads,
+    full_registry_new_key
+);
 criterion_main!(benches);

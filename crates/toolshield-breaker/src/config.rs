@@ -95,7 +95,9 @@ pub struct BreakerConfig {
     pub half_open_permits: u32,
     /// How many successful probes close the breaker (S).
     pub half_open_successes: u32,
-    /// The most keys the registry holds; idle closed breakers are evicted to make room.
+    /// The most keys the registry holds; idle closed breakers are evicted to make room
+    /// (calls run at most one such sweep per second). Calls for a new key while the
+    /// registry is full and nothing can be evicted run under a breaker that is not kept.
     pub max_keys: usize,
     /// A closed breaker not used for this long may be evicted (between one and two
     /// times this, see `docs/breaker.md`).

@@ -1,7 +1,6 @@
 //! Transition events: the states, the reasons, and where events go (tracing, subscribers,
-//! callbacks, a JSON-lines file, the transition counters).
+//! callbacks, a JSON-lines file); the counts read for metrics.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::Write;
@@ -145,14 +144,11 @@ pub struct BreakerEvent {
 /// A callback receiving every event.
 pub(crate) type Callback = Arc<dyn Fn(&BreakerEvent) + Send + Sync>;
 
-type TransitionMap = HashMap<(Arc<str>, CircuitState, CircuitState), u64>;
-
 /// Where events go.
 pub(crate) struct EventHub {
     tx: broadcast::Sender<BreakerEvent>,
     callbacks: RwLock<Vec<Callback>>,
     file: Mutex<Option<File>>,
-    transitions: Mutex<TransitionMap>,
 }
 
 impl EventHub {
@@ -162,7 +158,6 @@ impl EventHub {
             tx,
             callbacks: RwLock::new(Vec::new()),
             file: Mutex::new(file),
-            transitions: Mutex::new(HashMap::new()),
         }
     }
 
@@ -179,23 +174,6 @@ impl EventHub {
 
     pub(crate) fn set_file(&self, file: File) {
         *self.file.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
-    }
-
-    pub(crate) fn transition_counts(&self) -> Vec<TransitionCount> {
-        let map = self.transitions.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<TransitionCount> = map
-            .iter()
-            .map(|((key, from, to), count)| TransitionCount {
-                key: Arc::clone(key),
-                from: *from,
-                to: *to,
-                count: *count,
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            (&a.key, a.from.as_str(), a.to.as_str()).cmp(&(&b.key, b.from.as_str(), b.to.as_str()))
-        });
-        out
     }
 
     /// Delivers one event everywhere. Called with the breaker's transition lock held, so
@@ -222,12 +200,6 @@ impl EventHub {
                 "circuit breaker transition"
             );
         }
-        *self
-            .transitions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry((Arc::clone(&event.key), event.from, event.to))
-            .or_insert(0) += 1;
         {
             let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(f) = file.as_mut() {
@@ -261,4 +233,19 @@ pub struct TransitionCount {
     pub to: CircuitState,
     /// How many times.
     pub count: u64,
+}
+
+/// What the breakers a registry no longer holds had counted, summed over their keys:
+/// breakers evicted by a sweep, and the breakers that were not kept because the registry
+/// was full ([`overflowed`](crate::BreakerRegistry::overflowed) calls). An evicted breaker
+/// takes its per-key counts with it; these totals keep a sum over keys true (a metrics
+/// exporter adds them to the series of keys it does not name).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct EvictedCounts {
+    /// Calls they rejected.
+    pub rejections: u64,
+    /// Their transitions and overrides as `(from, to, count)`, in the order of
+    /// [`CircuitState::ALL`]; pairs never seen are left out.
+    pub transitions: Vec<(CircuitState, CircuitState, u64)>,
 }

@@ -75,7 +75,7 @@ mod shared;
 mod state;
 
 pub use config::{BreakerConfig, WindowConfig};
-pub use events::{BreakerEvent, CircuitState, TransitionCount, TransitionReason};
+pub use events::{BreakerEvent, CircuitState, EvictedCounts, TransitionCount, TransitionReason};
 pub use future::ResponseFuture;
 pub use key::{key_fn, FnKey, KeyFn, ToolKey};
 pub use layer::BreakerLayer;

@@ -6,7 +6,8 @@ use std::fs::OpenOptions;
 use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 use toolshield_core::config::Problems;
@@ -14,10 +15,14 @@ use toolshield_core::hash::{FastHashMap, FastState};
 use toolshield_core::ConfigError;
 
 use crate::config::BreakerConfig;
-use crate::events::{BreakerEvent, CircuitState, EventHub, TransitionCount};
+use crate::events::{BreakerEvent, CircuitState, EventHub, EvictedCounts, TransitionCount};
 use crate::state::{BreakerState, BreakerStatus, Core, Override};
 
 const SHARDS: usize = 16;
+
+/// The most often a call may run a sweep (less if `idle_ttl` is shorter): a full
+/// registry whose breakers cannot be evicted would otherwise sweep on every new key.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 type Shard = RwLock<FastHashMap<Arc<str>, Arc<BreakerState>>>;
 
@@ -26,7 +31,12 @@ struct Inner {
     shards: Box<[Shard]>,
     hasher: FastState,
     len: AtomicUsize,
+    /// When the last sweep run by a call started (registry clock).
     last_sweep: AtomicU64,
+    /// No call runs a sweep before this time (registry clock).
+    sweep_after: AtomicU64,
+    /// Sweeps run, by calls or by `evict_idle`.
+    sweeps: AtomicU64,
     overflowed: AtomicU64,
     sweep_lock: Mutex<()>,
 }
@@ -41,9 +51,11 @@ struct Inner {
 /// The registry is bounded: it holds at most [`max_keys`](BreakerConfig::max_keys)
 /// breakers. When a new key arrives and the registry is full, or once per
 /// [`idle_ttl`](BreakerConfig::idle_ttl), a sweep evicts closed breakers without a manual
-/// override that were not used since the previous sweep. If it is still full, the call
-/// runs under a fresh breaker that is not kept (counted by
-/// [`overflowed`](Self::overflowed)).
+/// override that were not used since the previous sweep; calls run at most one sweep per
+/// second (per `idle_ttl` if shorter), so a registry full of breakers that cannot be
+/// evicted does not sweep on every new key. If it is still full, the call runs under a
+/// fresh breaker that is not kept (counted by [`overflowed`](Self::overflowed)). An
+/// evicted breaker takes its counts with it (see [`evicted_counts`](Self::evicted_counts)).
 ///
 /// ```
 /// use toolshield_breaker::{BreakerRegistry, CircuitState};
@@ -108,6 +120,8 @@ impl BreakerRegistry {
                 hasher: FastState::default(),
                 len: AtomicUsize::new(0),
                 last_sweep: AtomicU64::new(0),
+                sweep_after: AtomicU64::new(0),
+                sweeps: AtomicU64::new(0),
                 overflowed: AtomicU64::new(0),
                 sweep_lock: Mutex::new(()),
             }),
@@ -149,36 +163,66 @@ impl BreakerRegistry {
         let inner = &self.inner;
         let config = &inner.core.config;
         let now = inner.core.now_nanos();
-        let ttl = u64::try_from(config.idle_ttl.as_nanos()).unwrap_or(u64::MAX);
-        let last = inner.last_sweep.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= ttl
-            && inner
-                .last_sweep
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.sweep(1);
+        let full = inner.len.load(Ordering::Acquire) >= config.max_keys;
+        let ttl = nanos(config.idle_ttl);
+        let due = now.saturating_sub(inner.last_sweep.load(Ordering::Relaxed)) >= ttl;
+        if (full || due) && self.claim_sweep(now, ttl) {
+            inner.last_sweep.store(now, Ordering::Relaxed);
+            self.sweep(if full { 2 } else { 1 });
         }
         if inner.len.load(Ordering::Acquire) >= config.max_keys {
-            self.sweep(2);
+            // Still full: no write lock for a key that cannot be kept, unless another call
+            // inserted it meanwhile.
+            if let Some(s) = Self::read(self.shard(key)).get(key) {
+                s.touch();
+                return Arc::clone(s);
+            }
+            return self.unkept(key);
         }
         let mut map = Self::write(self.shard(key));
         if let Some(s) = map.get(key) {
             s.touch();
             return Arc::clone(s);
         }
-        let state = Arc::new(BreakerState::new(Arc::from(key), Arc::clone(&inner.core)));
         if inner.len.load(Ordering::Acquire) >= config.max_keys {
-            inner.overflowed.fetch_add(1, Ordering::Relaxed);
-            // Not kept: marked evicted so no service caches it.
-            state
-                .evicted
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            return state;
+            drop(map);
+            return self.unkept(key);
         }
+        let state = Arc::new(BreakerState::new(
+            Arc::from(key),
+            Arc::clone(&inner.core),
+            true,
+        ));
         map.insert(Arc::clone(&state.key), Arc::clone(&state));
         inner.len.fetch_add(1, Ordering::AcqRel);
         state
+    }
+
+    /// Takes the right to sweep now, for one call in a sweep interval.
+    fn claim_sweep(&self, now: u64, ttl: u64) -> bool {
+        let after = self.inner.sweep_after.load(Ordering::Acquire);
+        now >= after
+            && self
+                .inner
+                .sweep_after
+                .compare_exchange(
+                    after,
+                    now.saturating_add(ttl.min(nanos(SWEEP_INTERVAL))),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// A fresh breaker for one call of a full registry: not kept, and marked evicted so
+    /// no service caches it. Its counts are retired when it is dropped.
+    fn unkept(&self, key: &str) -> Arc<BreakerState> {
+        self.inner.overflowed.fetch_add(1, Ordering::Relaxed);
+        Arc::new(BreakerState::new(
+            Arc::from(key),
+            Arc::clone(&self.inner.core),
+            false,
+        ))
     }
 
     /// The breaker of `key` for a manual action: created if needed, whatever the bound.
@@ -193,6 +237,7 @@ impl BreakerRegistry {
         let state = Arc::new(BreakerState::new(
             Arc::from(key),
             Arc::clone(&self.inner.core),
+            true,
         ));
         map.insert(Arc::clone(&state.key), Arc::clone(&state));
         self.inner.len.fetch_add(1, Ordering::AcqRel);
@@ -203,12 +248,15 @@ impl BreakerRegistry {
     /// used, if it was not used again in between: the CLOCK second-chance rule).
     fn sweep(&self, passes: usize) -> usize {
         let inner = &self.inner;
-        let Ok(_guard) = inner.sweep_lock.try_lock() else {
-            return 0;
+        let _guard = match inner.sweep_lock.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return 0,
         };
-        let mut total = 0;
+        inner.sweeps.fetch_add(1, Ordering::Relaxed);
+        let mut gone = Vec::new();
         for _ in 0..passes {
-            let mut evicted = 0;
+            let before = gone.len();
             for shard in inner.shards.iter() {
                 Self::write(shard).retain(|_, s| {
                     if !s.evictable() || s.touched.swap(false, Ordering::SeqCst) {
@@ -219,17 +267,22 @@ impl BreakerRegistry {
                         s.evicted.store(false, Ordering::SeqCst);
                         return true;
                     }
-                    evicted += 1;
+                    gone.push(Arc::clone(s));
                     false
                 });
             }
-            inner.len.fetch_sub(evicted, Ordering::AcqRel);
-            total += evicted;
+            inner.len.fetch_sub(gone.len() - before, Ordering::AcqRel);
             if inner.len.load(Ordering::Acquire) < inner.core.config.max_keys {
                 break;
             }
         }
-        total
+        // After the removal, so a reader that sees these totals no longer sees the keys;
+        // and outside the shard locks, which a transition callback (run under a breaker's
+        // lock) may want.
+        for s in &gone {
+            s.retire();
+        }
+        gone.len()
     }
 
     /// Runs an eviction pass now: closed breakers without an override that were not used
@@ -361,10 +414,33 @@ impl BreakerRegistry {
         Ok(())
     }
 
-    /// `circuit_breaker_transitions_total{key,from,to}`: every transition counted since
-    /// the registry was built, sorted by key.
+    /// `circuit_breaker_transitions_total{key,from,to}`: the transitions and overrides of
+    /// every breaker held, sorted by key, then from and to. An evicted breaker takes its
+    /// counts with it (into [`evicted_counts`](Self::evicted_counts)); a key that comes
+    /// back starts from zero.
     pub fn transition_counts(&self) -> Vec<TransitionCount> {
-        self.inner.core.events.transition_counts()
+        let mut out = Vec::new();
+        for s in self.all() {
+            let mut tally = s.transition_counts();
+            tally.sort_by(|a, b| (a.0.as_str(), a.1.as_str()).cmp(&(b.0.as_str(), b.1.as_str())));
+            out.extend(tally.into_iter().map(|(from, to, count)| TransitionCount {
+                key: Arc::clone(&s.key),
+                from,
+                to,
+                count,
+            }));
+        }
+        out
+    }
+
+    /// The counts of the breakers no longer held, summed over keys: evicted breakers (as
+    /// they were when evicted) and the breakers of calls that overflowed a full registry.
+    /// With [`transition_counts`](Self::transition_counts) and each status's
+    /// `rejections`, every transition and rejection since the registry was built. Read
+    /// it before those two: a breaker evicted in between is then missed for one
+    /// reading, never counted twice.
+    pub fn evicted_counts(&self) -> EvictedCounts {
+        self.inner.core.evicted_counts()
     }
 
     /// `circuit_breaker_rejections_total{key}` for `key` (0 for a key not held).
@@ -375,6 +451,71 @@ impl BreakerRegistry {
     /// The bytes one breaker of this registry takes: its state and its window (not the
     /// key string nor the map entry).
     pub fn memory_per_breaker(&self) -> usize {
-        BreakerState::new(Arc::from(""), Arc::clone(&self.inner.core)).memory_bytes()
+        BreakerState::new(Arc::from(""), Arc::clone(&self.inner.core), true).memory_bytes()
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registry holding `max_keys` breakers forced open: none can be evicted.
+    fn full_of_open_breakers(max_keys: usize) -> BreakerRegistry {
+        let registry = BreakerRegistry::new(BreakerConfig {
+            max_keys,
+            ..BreakerConfig::default()
+        })
+        .unwrap();
+        for i in 0..max_keys {
+            registry.force_open(&format!("open-{i}"));
+        }
+        registry
+    }
+
+    fn burst(registry: &BreakerRegistry, from: usize, n: usize) {
+        for i in from..from + n {
+            let s = registry.get_or_insert(&format!("new-{i}"));
+            assert!(
+                s.evicted.load(Ordering::SeqCst),
+                "not kept: the registry is full"
+            );
+        }
+    }
+
+    fn sweeps(registry: &BreakerRegistry) -> u64 {
+        registry.inner.sweeps.load(Ordering::Relaxed)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_keys_on_a_full_unevictable_registry_sweep_at_most_once_per_interval() {
+        let registry = full_of_open_breakers(10_000);
+        burst(&registry, 0, 1_000);
+        assert_eq!(
+            sweeps(&registry),
+            1,
+            "one sweep for a burst of 1,000 new keys"
+        );
+        assert_eq!(registry.overflowed(), 1_000);
+
+        tokio::time::advance(SWEEP_INTERVAL / 2).await;
+        burst(&registry, 1_000, 1_000);
+        assert_eq!(sweeps(&registry), 1, "not again within the interval");
+
+        tokio::time::advance(SWEEP_INTERVAL / 2).await;
+        burst(&registry, 2_000, 1_000);
+        assert_eq!(sweeps(&registry), 2, "once more after it");
+
+        // A breaker that can go goes at the next sweep, and its room is used.
+        registry.reset("open-0");
+        tokio::time::advance(SWEEP_INTERVAL).await;
+        let s = registry.get_or_insert("fresh");
+        assert!(!s.evicted.load(Ordering::SeqCst), "kept");
+        assert!(registry.status("open-0").is_none());
+        assert_eq!(sweeps(&registry), 3);
+        assert_eq!(registry.len(), 10_000);
     }
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use toolshield_core::config::duration;
 
 use crate::config::{BreakerConfig, WindowConfig};
-use crate::events::{BreakerEvent, CircuitState, EventHub, TransitionReason};
+use crate::events::{BreakerEvent, CircuitState, EventHub, EvictedCounts, TransitionReason};
 
 const ST_CLOSED: u8 = 0;
 const ST_OPEN: u8 = 1;
@@ -70,10 +70,34 @@ fn effective(mode: u8, state: u8) -> CircuitState {
     }
 }
 
+/// Transition counts of one breaker: `(from, to, count)`, in the order first seen. A
+/// breaker goes through a handful of the 36 pairs, so a short list beats a table.
+type Tally = Vec<(CircuitState, CircuitState, u64)>;
+
+#[inline]
+fn bump(tally: &mut Tally, from: CircuitState, to: CircuitState) {
+    match tally.iter_mut().find(|(f, t, _)| *f == from && *t == to) {
+        Some((_, _, n)) => *n = n.saturating_add(1),
+        None => tally.push((from, to, 1)),
+    }
+}
+
+/// What the breakers a registry no longer holds had counted, summed over keys: a fixed
+/// table, so keys that come and go cannot grow it.
+#[derive(Default)]
+struct Retired {
+    rejections: u64,
+    /// `[from][to]`, in the order of [`CircuitState::ALL`].
+    transitions: [[u64; STATES]; STATES],
+}
+
+const STATES: usize = CircuitState::ALL.len();
+
 /// What every breaker of a registry shares: the config, the event hub, the clock base.
 pub(crate) struct Core {
     pub(crate) config: BreakerConfig,
     pub(crate) events: EventHub,
+    retired: Mutex<Retired>,
     /// Open-state shared by other processes; asked only by a closed breaker admitting a call.
     pub(crate) shared: std::sync::OnceLock<Arc<dyn crate::shared::SharedOpenState>>,
     base: Instant,
@@ -87,6 +111,7 @@ impl Core {
             slow_rate: config.slow_call_rate,
             config,
             events,
+            retired: Mutex::new(Retired::default()),
             shared: std::sync::OnceLock::new(),
             base: Instant::now(),
             base_wall: Utc::now(),
@@ -98,6 +123,36 @@ impl Core {
     pub(crate) fn now_nanos(&self) -> u64 {
         let d = Instant::now().saturating_duration_since(self.base);
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn retire(&self, tally: &Tally, rejections: u64) {
+        if tally.is_empty() && rejections == 0 {
+            return;
+        }
+        let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        r.rejections = r.rejections.saturating_add(rejections);
+        for &(from, to, n) in tally {
+            let cell = &mut r.transitions[from as usize][to as usize];
+            *cell = cell.saturating_add(n);
+        }
+    }
+
+    /// The counts of every breaker retired so far.
+    pub(crate) fn evicted_counts(&self) -> EvictedCounts {
+        let r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let mut transitions = Vec::new();
+        for from in CircuitState::ALL {
+            for to in CircuitState::ALL {
+                let n = r.transitions[from as usize][to as usize];
+                if n > 0 {
+                    transitions.push((from, to, n));
+                }
+            }
+        }
+        EvictedCounts {
+            rejections: r.rejections,
+            transitions,
+        }
     }
 
     fn wall(&self, nanos: u64) -> DateTime<Utc> {
@@ -119,9 +174,19 @@ struct CountWindow {
 }
 
 /// Calls, failures and slow calls per time bucket, packed into one `AtomicU64` each:
-/// `[bucket tag: 16 | calls: 16 | failures: 16 | slow: 16]`.
+/// `[bucket tag: 16 | calls: 16 | failures: 16 | slow: 16]`, and the newest bucket
+/// index recorded (`head`).
+///
+/// A 16-bit tag alone wraps: a slot last written 65,536 buckets ago would read as
+/// current. So whoever moves `head` forward clears the slots of the buckets it skipped
+/// (every slot after a gap of a whole window): each slot then holds nothing or one of the
+/// last `n` buckets before `head`, which bucket is known from the slot's position, and the
+/// tag only has to tell apart buckets less than two windows apart (`2n <= 8,192`, since
+/// `n <= 4,096`), which 16 bits always do.
 struct TimeWindow {
     bucket_nanos: u64,
+    /// The newest bucket index recorded (0 before the first record: the slots are empty).
+    head: AtomicU64,
     buckets: Box<[AtomicU64]>,
 }
 
@@ -231,27 +296,86 @@ impl TimeWindow {
         let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         TimeWindow {
             bucket_nanos: (nanos / u64::from(buckets)).max(1),
+            head: AtomicU64::new(0),
             buckets: (0..buckets).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    #[inline]
+    fn slot(&self, index: u64) -> &AtomicU64 {
+        &self.buckets[(index % self.buckets.len() as u64) as usize]
+    }
+
+    /// Empties the slots of the buckets after `old` and before `new`, which nobody
+    /// recorded into while `head` was at `old` (the slot of `new` is reset by its first
+    /// writer, whose tag differs).
+    #[cold]
+    fn clear_skipped(&self, old: u64, new: u64) {
+        let n = self.buckets.len() as u64;
+        if new - old >= n {
+            // A whole window went by: every slot is stale, whatever its tag says. A record
+            // of bucket `new` made meanwhile by another caller may be lost: never a stale
+            // one kept.
+            for b in self.buckets.iter() {
+                b.store(0, Ordering::Release);
+            }
+            return;
+        }
+        for index in old + 1..new {
+            // Stale content is one window older than `index`, so its tag differs; a late
+            // record of `index` itself (its tag) is kept.
+            let tag = index & FIELD;
+            let _ = self
+                .slot(index)
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    (v >> TAG_SHIFT != tag).then_some(0)
+                });
         }
     }
 
     fn record(&self, now: u64, failure: bool, slow: bool) -> Snapshot {
         let abs = now / self.bucket_nanos;
-        let slot = &self.buckets[(abs % self.buckets.len() as u64) as usize];
+        let n = self.buckets.len() as u64;
+        let mut head = self.head.load(Ordering::Acquire);
+        while abs > head {
+            match self
+                .head
+                .compare_exchange_weak(head, abs, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    self.clear_skipped(head, abs);
+                    head = abs;
+                }
+                Err(actual) => head = actual,
+            }
+        }
+        if abs.saturating_add(n) <= head {
+            // Its bucket left the window while the call ran.
+            return self.snapshot(now);
+        }
+        let slot = self.slot(abs);
         let tag = abs & FIELD;
         let add = (1u64 << 32) | (u64::from(failure) << 16) | u64::from(slow);
         let mut cur = slot.load(Ordering::Acquire);
-        loop {
+        let written = loop {
             let new = if cur >> TAG_SHIFT != tag {
                 (tag << TAG_SHIFT) | add
             } else if (cur >> 32) & FIELD == FIELD {
-                break; // saturated: the bucket keeps the rates it had
+                break None; // saturated: the bucket keeps the rates it had
             } else {
                 cur + add
             };
             match slot.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
+                Ok(_) => break Some(new),
                 Err(actual) => cur = actual,
+            }
+        };
+        // The window may have moved a whole window on between the check above and the
+        // write, and cleared the slot before it: take the stale write back unless someone
+        // wrote after it (they check the same way).
+        if let Some(written) = written {
+            if abs.saturating_add(n) <= self.head.load(Ordering::Acquire) {
+                let _ = slot.compare_exchange(written, 0, Ordering::AcqRel, Ordering::Relaxed);
             }
         }
         self.snapshot(now)
@@ -260,15 +384,26 @@ impl TimeWindow {
     fn snapshot(&self, now: u64) -> Snapshot {
         let abs = now / self.bucket_nanos;
         let n = self.buckets.len() as u64;
+        let head = self.head.load(Ordering::Acquire);
         let mut s = Snapshot::default();
-        for b in self.buckets.iter() {
+        if abs >= head.saturating_add(n) {
+            return s; // nothing recorded for a whole window
+        }
+        for (j, b) in (0u64..).zip(self.buckets.iter()) {
             let v = b.load(Ordering::Acquire);
-            let age = (abs & FIELD).wrapping_sub(v >> TAG_SHIFT) & FIELD;
-            if age < n {
-                s.calls += ((v >> 32) & FIELD) as u32;
-                s.failures += ((v >> 16) & FIELD) as u32;
-                s.slows += (v & FIELD) as u32;
+            if (v >> 32) & FIELD == 0 {
+                continue;
             }
+            // The one bucket of the last window before `head` that this slot can hold.
+            let Some(index) = head.checked_sub((head % n + n - j) % n) else {
+                continue;
+            };
+            if v >> TAG_SHIFT != index & FIELD || index.saturating_add(n) <= abs {
+                continue;
+            }
+            s.calls += ((v >> 32) & FIELD) as u32;
+            s.failures += ((v >> 16) & FIELD) as u32;
+            s.slows += (v & FIELD) as u32;
         }
         s
     }
@@ -346,30 +481,47 @@ pub(crate) struct BreakerState {
     opens: AtomicU32,
     pub(crate) touched: AtomicBool,
     pub(crate) evicted: AtomicBool,
+    /// Never held by the registry (a call that overflowed a full registry): its counts are
+    /// retired when it is dropped.
+    unkept: bool,
     open_until: AtomicU64,
     /// Nanoseconds since the registry's base, plus one; 0 for never.
     last_failure: AtomicU64,
     rejections: AtomicU64,
     window: Window,
-    lock: Mutex<()>,
+    /// The transition lock, and what it guards besides the state word: the transition
+    /// counts of this breaker (`circuit_breaker_transitions_total{key,from,to}`), which
+    /// go with the breaker when it is evicted.
+    lock: Mutex<Tally>,
     pub(crate) key: Arc<str>,
     core: Arc<Core>,
 }
 
+impl Drop for BreakerState {
+    fn drop(&mut self) {
+        if self.unkept {
+            let tally = self.lock.get_mut().unwrap_or_else(|e| e.into_inner());
+            self.core.retire(tally, *self.rejections.get_mut());
+        }
+    }
+}
+
 impl BreakerState {
-    pub(crate) fn new(key: Arc<str>, core: Arc<Core>) -> Self {
+    /// A breaker the registry holds (`kept`) or one for a single overflowed call.
+    pub(crate) fn new(key: Arc<str>, core: Arc<Core>, kept: bool) -> Self {
         BreakerState {
             word: AtomicU64::new(pack(0, M_NORMAL, ST_CLOSED)),
             probes: AtomicU64::new(0),
             consecutive: AtomicU32::new(0),
             opens: AtomicU32::new(0),
             touched: AtomicBool::new(true),
-            evicted: AtomicBool::new(false),
+            evicted: AtomicBool::new(!kept),
+            unkept: !kept,
             open_until: AtomicU64::new(0),
             last_failure: AtomicU64::new(0),
             rejections: AtomicU64::new(0),
             window: Window::new(&core.config.window),
-            lock: Mutex::new(()),
+            lock: Mutex::new(Vec::new()),
             key,
             core,
         }
@@ -378,7 +530,26 @@ impl BreakerState {
     /// Bytes one breaker takes: the struct and its window (the key string and the
     /// registry's map entry not included).
     pub(crate) fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.window.heap_bytes()
+        let tally = self
+            .lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .capacity();
+        std::mem::size_of::<Self>()
+            + self.window.heap_bytes()
+            + tally * std::mem::size_of::<(CircuitState, CircuitState, u64)>()
+    }
+
+    /// This breaker's transition counts, `(from, to, count)`.
+    pub(crate) fn transition_counts(&self) -> Tally {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adds this breaker's counts to the registry's totals of breakers no longer held
+    /// (called once, by the sweep that evicted it).
+    pub(crate) fn retire(&self) {
+        let tally = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.core.retire(&tally, self.rejections());
     }
 
     /// The breaker's own slow-call threshold, if configured.
@@ -666,7 +837,7 @@ impl BreakerState {
     /// Moves from `from` (in `epoch`) to `to`; does nothing if the breaker moved on
     /// meanwhile or is under a manual override other than metrics-only.
     fn transition(&self, epoch: u32, from: u8, to: u8, reason: TransitionReason, now: u64) -> bool {
-        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tally = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let (cur_epoch, mode, state) = unpack(self.word.load(Ordering::Acquire));
         if cur_epoch != epoch || state != from || !(mode == M_NORMAL || mode == M_METRICS_ONLY) {
             return false;
@@ -688,6 +859,7 @@ impl BreakerState {
         }
         self.word
             .store(pack(epoch.wrapping_add(1), mode, to), Ordering::Release);
+        bump(&mut tally, auto_state(from), auto_state(to));
         self.core.events.emit(BreakerEvent {
             at: Utc::now(),
             key: Arc::clone(&self.key),
@@ -701,7 +873,7 @@ impl BreakerState {
 
     /// A manual override: a fresh window, and the new mode.
     pub(crate) fn set_mode(&self, override_: Override) {
-        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tally = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let (epoch, mode, state) = unpack(self.word.load(Ordering::Acquire));
         let (new_mode, reason) = match override_ {
             Override::ForceOpen => (M_FORCED_OPEN, TransitionReason::ForcedOpen),
@@ -717,6 +889,11 @@ impl BreakerState {
         self.word.store(
             pack(epoch.wrapping_add(1), new_mode, ST_CLOSED),
             Ordering::Release,
+        );
+        bump(
+            &mut tally,
+            effective(mode, state),
+            effective(new_mode, ST_CLOSED),
         );
         self.core.events.emit(BreakerEvent {
             at: Utc::now(),

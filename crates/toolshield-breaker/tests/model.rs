@@ -1,6 +1,8 @@
 //! Property test: random sequences of successes, failures, slow calls, client errors,
 //! time advances and manual actions drive the breaker and a small reference model; both
-//! must agree on admission, state and counters after every step.
+//! must agree on admission, state and counters after every step. Once with a count
+//! window, once with a time window and clock jumps of about any multiple of 65,536
+//! buckets (where a 16-bit bucket tag would wrap).
 
 use std::collections::VecDeque;
 use std::future::{ready, Ready};
@@ -42,6 +44,15 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// `op()`, plus jumps of k x 65,536 time buckets, give or take a few buckets.
+fn time_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => op(),
+        1 => (1u64..8, 0u64..(2 * JUMP_SLACK_MS))
+            .prop_map(|(k, off)| Op::Advance(k * 65_536 * BUCKET_MS + off - JUMP_SLACK_MS)),
+    ]
+}
+
 #[derive(Clone)]
 struct Tool;
 
@@ -73,11 +84,19 @@ const SIZE: usize = 6;
 const MIN_CALLS: usize = 4;
 const CONSECUTIVE: u32 = 3;
 const S: u32 = 2;
+/// The time window: `BUCKETS` buckets of `BUCKET_MS`.
+const BUCKET_MS: u64 = 1_000;
+const BUCKETS: u64 = 4;
+const JUMP_SLACK_MS: u64 = 6 * BUCKET_MS;
 
-fn config() -> BreakerConfig {
+fn config(time: bool) -> BreakerConfig {
     BreakerConfig {
         consecutive_failures: CONSECUTIVE,
-        window: WindowConfig::count(SIZE as u32),
+        window: if time {
+            WindowConfig::time(Duration::from_millis(BUCKET_MS * BUCKETS), BUCKETS as u32)
+        } else {
+            WindowConfig::count(SIZE as u32)
+        },
         min_calls: MIN_CALLS as u32,
         failure_rate: 50.0,
         slow_call_rate: Some(75.0),
@@ -108,9 +127,12 @@ enum St {
 /// The reference model: plain fields, one step at a time.
 #[derive(Debug)]
 struct Model {
+    /// A time window (else the last `SIZE` calls).
+    time: bool,
     mode: Mode,
     st: St,
-    window: VecDeque<(bool, bool)>,
+    /// `(time bucket, failure, slow)` of the calls recorded.
+    window: VecDeque<(u64, bool, bool)>,
     consecutive: u32,
     opens: u32,
     open_until: u64,
@@ -119,8 +141,9 @@ struct Model {
 }
 
 impl Model {
-    fn new() -> Self {
+    fn new(time: bool) -> Self {
         Model {
+            time,
             mode: Mode::Normal,
             st: St::Closed,
             window: VecDeque::new(),
@@ -137,6 +160,18 @@ impl Model {
         let wait = (5_000u64 << (self.opens - 1).min(10)).min(15_000);
         self.open_until = self.now + wait;
         self.st = St::Open;
+    }
+
+    /// Calls, failures and slow calls in the window now.
+    fn counts(&self) -> (usize, usize, usize) {
+        let now = self.now / BUCKET_MS;
+        let live = self
+            .window
+            .iter()
+            .filter(|w| !self.time || w.0 + BUCKETS > now);
+        live.fold((0, 0, 0), |(c, f, s), w| {
+            (c + 1, f + usize::from(w.1), s + usize::from(w.2))
+        })
     }
 
     fn close(&mut self) {
@@ -186,16 +221,14 @@ impl Model {
         } else {
             self.consecutive = 0;
         }
-        self.window.push_back((failure, slow));
-        if self.window.len() > SIZE {
+        self.window.push_back((self.now / BUCKET_MS, failure, slow));
+        if !self.time && self.window.len() > SIZE {
             self.window.pop_front();
         }
         if self.mode == Mode::Disabled {
             return true;
         }
-        let calls = self.window.len();
-        let fails = self.window.iter().filter(|w| w.0).count();
-        let slows = self.window.iter().filter(|w| w.1).count();
+        let (calls, fails, slows) = self.counts();
         if (failure && self.consecutive >= CONSECUTIVE)
             || (calls >= MIN_CALLS && fails > 0 && fails * 100 >= 50 * calls)
             || (calls >= MIN_CALLS && slows > 0 && slows * 100 >= 75 * calls)
@@ -220,16 +253,16 @@ impl Model {
     }
 }
 
-fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn check(ops: Vec<Op>, time: bool) -> Result<(), TestCaseError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap();
     rt.block_on(async move {
-        let registry = BreakerRegistry::new(config()).unwrap();
+        let registry = BreakerRegistry::new(config(time)).unwrap();
         let mut svc = BreakerLayer::new(registry.clone()).layer(Tool);
-        let mut model = Model::new();
+        let mut model = Model::new(time);
         for (i, op) in ops.into_iter().enumerate() {
             match op {
                 Op::Advance(ms) => {
@@ -293,13 +326,9 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             if let Some(s) = status {
                 prop_assert_eq!(s.consecutive_failures, model.consecutive, "step {}", i);
                 if model.st == St::Closed {
-                    prop_assert_eq!(s.calls_in_window as usize, model.window.len(), "step {}", i);
-                    prop_assert_eq!(
-                        s.failures_in_window as usize,
-                        model.window.iter().filter(|w| w.0).count(),
-                        "step {}",
-                        i
-                    );
+                    let (calls, fails, _) = model.counts();
+                    prop_assert_eq!(s.calls_in_window as usize, calls, "step {}", i);
+                    prop_assert_eq!(s.failures_in_window as usize, fails, "step {}", i);
                 }
             }
         }
@@ -312,6 +341,13 @@ proptest! {
 
     #[test]
     fn breaker_matches_the_reference_model(ops in proptest::collection::vec(op(), 1..120)) {
-        check(ops)?;
+        check(ops, false)?;
+    }
+
+    #[test]
+    fn time_window_breaker_matches_the_reference_model_across_clock_jumps(
+        ops in proptest::collection::vec(time_op(), 1..120),
+    ) {
+        check(ops, true)?;
     }
 }

@@ -23,6 +23,13 @@ pub const DURATION_BUCKETS: [f64; 14] = [
 pub trait Collect: Send + Sync {
     /// Brings the metrics it owns up to date.
     fn collect(&self);
+
+    /// Appends families it renders itself to the text exposition, after the recorder's
+    /// (for series that must disappear with what they describe: a `metrics` recorder
+    /// cannot remove a series). Nothing by default.
+    fn render(&self, out: &mut String) {
+        let _ = out;
+    }
 }
 
 impl<F: Fn() + Send + Sync> Collect for F {
@@ -113,7 +120,8 @@ impl PrometheusExporter {
             .push(Arc::new(collector));
     }
 
-    /// Runs the collectors, then renders the text exposition format.
+    /// Runs the collectors, then renders the text exposition format: the recorder's
+    /// families, then those the collectors render themselves.
     pub fn render(&self) -> String {
         let collectors = self
             .collectors
@@ -123,7 +131,11 @@ impl PrometheusExporter {
         for c in &collectors {
             c.collect();
         }
-        self.handle.render()
+        let mut text = self.handle.render();
+        for c in &collectors {
+            c.render(&mut text);
+        }
+        text
     }
 
     /// Drains histogram samples into their buckets (and expires idle series when

@@ -76,16 +76,6 @@ impl MetricsTarget {
         });
     }
 
-    pub(crate) fn describe_gauge(&self, name: &'static str, help: &'static str) {
-        self.with(|r| {
-            r.describe_gauge(
-                KeyName::from_const_str(name),
-                None,
-                SharedString::const_str(help),
-            )
-        });
-    }
-
     pub(crate) fn describe_histogram(
         &self,
         name: &'static str,

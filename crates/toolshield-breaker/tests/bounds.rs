@@ -1,0 +1,156 @@
+//! Bounds under hostile input, with tokio's paused clock: a flood of distinct keys leaves
+//! no per-key state behind once its breakers are evicted, and a time-window bucket from
+//! long ago never reads as current, whatever the gap.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::advance;
+use toolshield_breaker::{
+    BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState, WindowConfig,
+};
+use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use tower::{service_fn, util::BoxCloneService, Layer, Service, ServiceExt};
+
+type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
+
+/// A breaker layer over a tool that fails when the payload says `"fail"`.
+fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry) {
+    let layer = BreakerLayer::from_config(config).expect("valid config");
+    let registry = layer.registry().clone();
+    let tool = service_fn(|req: ToolRequest| async move {
+        if req.payload()["r"] == "fail" {
+            Err(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
+        } else {
+            Ok(ToolResponse::new(json!({"ok": true})))
+        }
+    });
+    (BoxCloneService::new(layer.layer(tool)), registry)
+}
+
+async fn call(svc: &mut Svc, key: &str, r: &str) -> Result<ToolResponse, ToolError> {
+    svc.ready()
+        .await?
+        .call(ToolRequest::new(key, json!({ "r": r })))
+        .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn evicted_breakers_leave_no_per_key_state_and_the_totals_stay_true() {
+    let (mut svc, registry) = setup(BreakerConfig {
+        consecutive_failures: 1,
+        open_wait: Duration::from_secs(1),
+        max_keys: 10,
+        ..BreakerConfig::default()
+    });
+    let events = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&events);
+    registry.on_event(move |_| {
+        seen.fetch_add(1, Ordering::SeqCst);
+    });
+    let mut rejected = 0u64;
+    for i in 0..2_000 {
+        // Each key opens, rejects a call, goes half-open and closes: three transitions.
+        let key = format!("server__tool-{i}");
+        let _ = call(&mut svc, &key, "fail").await;
+        if let Err(e) = call(&mut svc, &key, "ok").await {
+            assert_eq!(e.kind(), ErrorKind::CircuitOpen);
+            rejected += 1;
+        }
+        advance(Duration::from_secs(1)).await;
+        call(&mut svc, &key, "ok").await.unwrap();
+
+        let counts = registry.transition_counts();
+        let mut keys: Vec<&str> = counts.iter().map(|c| &*c.key).collect();
+        keys.dedup();
+        assert!(
+            registry.len() <= 10,
+            "{} breakers at key {i}",
+            registry.len()
+        );
+        assert!(
+            keys.len() <= 10,
+            "transition counts kept for {} keys at key {i}",
+            keys.len()
+        );
+    }
+    assert!(rejected > 1_000, "most keys went through open: {rejected}");
+    // The service caches the breaker of its last key: let it go.
+    drop(svc);
+
+    // Nothing was lost: what the held breakers count plus what the evicted ones counted
+    // is every event and every rejection.
+    let evicted = registry.evicted_counts();
+    let held: u64 = registry.transition_counts().iter().map(|c| c.count).sum();
+    let gone: u64 = evicted.transitions.iter().map(|t| t.2).sum();
+    assert_eq!(held + gone, events.load(Ordering::SeqCst));
+    let held_rejections: u64 = registry.status_all().iter().map(|s| s.rejections).sum();
+    assert_eq!(held_rejections + evicted.rejections, rejected);
+    let pair = |from, to| {
+        evicted
+            .transitions
+            .iter()
+            .find(|t| t.0 == from && t.1 == to)
+            .map_or(0, |t| t.2)
+    };
+    assert!(pair(CircuitState::HalfOpen, CircuitState::Closed) >= 1_900);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_time_bucket_older_than_the_window_is_empty_whatever_the_gap() {
+    const WRAP: u64 = 1 << 16; // what a 16-bit bucket tag can tell apart
+    for (bucket, buckets) in [
+        (Duration::from_secs(1), 10u32),
+        (Duration::from_millis(1), 100),
+    ] {
+        let (mut svc, registry) = setup(BreakerConfig {
+            consecutive_failures: 0,
+            window: WindowConfig::time(bucket * buckets, buckets),
+            min_calls: 5,
+            failure_rate: 50.0,
+            ..BreakerConfig::default()
+        });
+        let n = u64::from(buckets);
+        for gap in [
+            WRAP,
+            2 * WRAP,
+            3 * WRAP,
+            WRAP - 1,
+            WRAP + 1,
+            WRAP + n - 1,
+            7 * WRAP + 3,
+            n,
+            n + 1,
+            1_000_003,
+        ] {
+            registry.reset("t");
+            for _ in 0..4 {
+                let _ = call(&mut svc, "t", "fail").await;
+            }
+            assert_eq!(registry.status("t").unwrap().failures_in_window, 4);
+            advance(bucket * u32::try_from(gap).unwrap()).await;
+            assert_eq!(
+                registry.status("t").unwrap().calls_in_window,
+                0,
+                "{bucket:?} x {gap}: the failures left the window"
+            );
+            call(&mut svc, "t", "ok").await.unwrap();
+            let s = registry.status("t").unwrap();
+            assert_eq!(
+                (s.state, s.calls_in_window, s.failures_in_window),
+                (CircuitState::Closed, 1, 0),
+                "{bucket:?} x {gap}: one success in the window"
+            );
+        }
+        // Within the window the failures still count: 4 of 5 opens it.
+        registry.reset("t");
+        for _ in 0..4 {
+            let _ = call(&mut svc, "t", "fail").await;
+        }
+        advance(bucket * (buckets - 1)).await;
+        call(&mut svc, "t", "ok").await.unwrap();
+        assert_eq!(registry.state("t"), CircuitState::Open, "{bucket:?}");
+    }
+}
