@@ -578,10 +578,14 @@ impl BreakerState {
         !self.evicted.load(Ordering::SeqCst)
     }
 
-    /// Whether the sweep may evict it: closed, no manual override.
+    /// Whether the sweep may evict it: no manual override, and closed, or open with its
+    /// wait over (its next call would only probe; an idle key whose failures are that old
+    /// starts afresh, and a flood of keys that failed once cannot pin the registry full).
     pub(crate) fn evictable(&self) -> bool {
         let (_, mode, state) = unpack(self.word.load(Ordering::Acquire));
-        mode == M_NORMAL && state == ST_CLOSED
+        mode == M_NORMAL
+            && (state == ST_CLOSED
+                || state == ST_OPEN && self.now_nanos() >= self.open_until.load(Ordering::Acquire))
     }
 
     /// Admits a call, or says how long to wait (`None` when unknown).

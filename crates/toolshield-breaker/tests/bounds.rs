@@ -154,3 +154,35 @@ async fn a_time_bucket_older_than_the_window_is_empty_whatever_the_gap() {
         assert_eq!(registry.state("t"), CircuitState::Open, "{bucket:?}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn idle_breakers_left_open_past_their_wait_do_not_pin_the_registry_full() {
+    let (mut svc, registry) = setup(BreakerConfig {
+        consecutive_failures: 1,
+        open_wait: Duration::from_secs(1),
+        max_keys: 10,
+        idle_ttl: Duration::from_secs(60),
+        ..BreakerConfig::default()
+    });
+    // A model floods failing names once each: every breaker opens and is never called
+    // again.
+    for i in 0..10 {
+        let _ = call(&mut svc, &format!("server__junk-{i}"), "fail").await;
+    }
+    assert_eq!(registry.len(), 10);
+    assert_eq!(registry.state("server__junk-0"), CircuitState::Open);
+    // Long after their wait, real keys still get kept breakers.
+    advance(Duration::from_secs(120)).await;
+    for i in 0..5 {
+        call(&mut svc, &format!("real-{i}"), "ok")
+            .await
+            .expect("ok");
+    }
+    assert!(registry.status("real-4").is_some(), "a new key is kept");
+    assert!(registry.len() <= 10);
+    assert_eq!(
+        registry.overflowed(),
+        0,
+        "no call ran under an unkept breaker"
+    );
+}
