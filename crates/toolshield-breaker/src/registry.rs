@@ -257,9 +257,10 @@ impl BreakerRegistry {
         let mut gone = Vec::new();
         for _ in 0..passes {
             let before = gone.len();
+            let full = inner.len.load(Ordering::Acquire) >= inner.core.config.max_keys;
             for shard in inner.shards.iter() {
                 Self::write(shard).retain(|_, s| {
-                    if !s.evictable() || s.touched.swap(false, Ordering::SeqCst) {
+                    if !s.evictable(full) || s.touched.swap(false, Ordering::SeqCst) {
                         return true;
                     }
                     s.evicted.store(true, Ordering::SeqCst);

@@ -578,14 +578,17 @@ impl BreakerState {
         !self.evicted.load(Ordering::SeqCst)
     }
 
-    /// Whether the sweep may evict it: no manual override, and closed, or open with its
-    /// wait over (its next call would only probe; an idle key whose failures are that old
-    /// starts afresh, and a flood of keys that failed once cannot pin the registry full).
-    pub(crate) fn evictable(&self) -> bool {
+    /// Whether the sweep may evict it: no manual override, and closed; or, when the
+    /// registry is full (`full`), open with its wait over (its next call would only probe;
+    /// an idle key whose failures are that old starts afresh, so a flood of keys that
+    /// failed once and are never called again cannot pin the registry full).
+    pub(crate) fn evictable(&self, full: bool) -> bool {
         let (_, mode, state) = unpack(self.word.load(Ordering::Acquire));
         mode == M_NORMAL
             && (state == ST_CLOSED
-                || state == ST_OPEN && self.now_nanos() >= self.open_until.load(Ordering::Acquire))
+                || full
+                    && state == ST_OPEN
+                    && self.now_nanos() >= self.open_until.load(Ordering::Acquire))
     }
 
     /// Admits a call, or says how long to wait (`None` when unknown).
