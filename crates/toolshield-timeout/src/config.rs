@@ -40,10 +40,19 @@ impl Default for TimeoutConfig {
 }
 
 impl TimeoutConfig {
-    /// Every problem with this configuration.
+    /// Every problem with this configuration: zero or unbounded durations (each at most
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION)), a soft threshold not below
+    /// the attempt timeout, an attempt timeout longer than the total deadline.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
         p.check(!self.attempt.is_zero(), "attempt", "must be greater than 0");
+        p.check_duration(self.attempt, "attempt");
+        if let Some(soft) = self.soft {
+            p.check_duration(soft, "soft");
+        }
+        if let Some(total) = self.total {
+            p.check_duration(total, "total");
+        }
         if let Some(soft) = self.soft {
             p.check(
                 !soft.is_zero(),

@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use toolshield_core::config::MAX_DURATION;
 use toolshield_core::ConfigError;
 use tower_layer::Layer;
 
@@ -16,16 +17,23 @@ pub struct TimeoutLayer {
 
 impl TimeoutLayer {
     /// A hard timeout of `attempt` per call of the inner service, no soft threshold.
+    ///
+    /// An `attempt` longer than [`MAX_DURATION`] (366 days) is clamped to it, so no
+    /// deadline computed from it can overflow the clock; a configuration file is stricter
+    /// ([`TimeoutConfig::validate`] rejects it).
+    #[must_use]
     pub fn new(attempt: Duration) -> Self {
         TimeoutLayer {
-            attempt,
+            attempt: attempt.min(MAX_DURATION),
             soft: None,
         }
     }
 
     /// Marks a success slower than `soft` as slow ([`SlowCall`](toolshield_core::SlowCall)).
+    /// A `soft` longer than [`MAX_DURATION`] is clamped to it.
+    #[must_use]
     pub fn soft_threshold(mut self, soft: Duration) -> Self {
-        self.soft = Some(soft);
+        self.soft = Some(soft.min(MAX_DURATION));
         self
     }
 
@@ -56,8 +64,14 @@ pub struct DeadlineLayer {
 
 impl DeadlineLayer {
     /// A whole-call budget of `total`.
+    ///
+    /// A `total` longer than [`MAX_DURATION`] (366 days) is clamped to it; a
+    /// configuration file is stricter ([`TimeoutConfig::validate`] rejects it).
+    #[must_use]
     pub fn new(total: Duration) -> Self {
-        DeadlineLayer { total }
+        DeadlineLayer {
+            total: total.min(MAX_DURATION),
+        }
     }
 
     /// The total budget of a validated config, or `None` when the config has none.

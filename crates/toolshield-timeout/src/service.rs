@@ -2,18 +2,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use toolshield_core::config::{deadline_after, MAX_DURATION};
 use toolshield_core::{ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
 use crate::future::{Expiry, ResponseFuture};
 use crate::TimeoutLayer;
-
-/// Adds `d` to `start` without overflowing: a duration too large to represent means
-/// "never" (about 30 years), not a panic.
-pub(crate) fn instant_after(start: Instant, d: Duration) -> Instant {
-    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
-    start.checked_add(d.min(FAR)).unwrap_or(start)
-}
 
 /// A per-attempt timeout.
 ///
@@ -74,7 +68,7 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let start = Instant::now();
         let guard = req.call_tokens().map(|t| t.guard_attempt());
-        let expires = instant_after(start, self.attempt);
+        let expires = deadline_after(start, self.attempt);
         ResponseFuture::running(
             self.inner.call(req),
             expires,
@@ -100,9 +94,13 @@ pub struct Deadline<S> {
 }
 
 impl<S> Deadline<S> {
-    /// Wraps `inner` with a whole-call budget of `total`.
+    /// Wraps `inner` with a whole-call budget of `total` (clamped to [`MAX_DURATION`],
+    /// as [`DeadlineLayer::new`](crate::DeadlineLayer::new) does).
     pub fn new(inner: S, total: Duration) -> Self {
-        Deadline { inner, total }
+        Deadline {
+            inner,
+            total: total.min(MAX_DURATION),
+        }
     }
 
     /// The inner service.
@@ -138,7 +136,7 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         let start = Instant::now();
-        req.set_deadline(instant_after(start, self.total));
+        req.set_deadline(deadline_after(start, self.total));
         let deadline = req.deadline_at().unwrap_or(start);
         if deadline <= start {
             return ResponseFuture::failed(ToolError::timeout(
