@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use toolshield_core::config::Problems;
+use toolshield_core::config::{Problems, MAX_DURATION};
 
 /// Decides the wait before a retry. Replace it with
 /// [`RetryLayer::with_backoff`](crate::RetryLayer::with_backoff).
@@ -103,25 +103,48 @@ impl Default for BackoffStrategy {
     }
 }
 
+/// `d`, or [`MAX_DURATION`] when `d` is longer (`const`, unlike `Ord::min`).
+const fn bounded(d: Duration) -> Duration {
+    if d.as_nanos() > MAX_DURATION.as_nanos() {
+        MAX_DURATION
+    } else {
+        d
+    }
+}
+
 impl BackoffStrategy {
     /// Exponential backoff: `min(cap, base × factor^(retry − 1))` with `jitter`.
+    ///
+    /// `base` and `cap` longer than [`MAX_DURATION`] (366 days) are clamped to it (a
+    /// configuration file is stricter: [`RetryConfig::validate`](crate::RetryConfig::validate)
+    /// rejects them).
+    #[must_use]
     pub const fn exponential(base: Duration, factor: f64, cap: Duration, jitter: Jitter) -> Self {
         BackoffStrategy::Exponential {
-            base,
+            base: bounded(base),
             factor,
-            cap,
+            cap: bounded(cap),
             jitter,
         }
     }
 
-    /// Decorrelated jitter between `base` and `cap`.
+    /// Decorrelated jitter between `base` and `cap`, each clamped to [`MAX_DURATION`].
+    #[must_use]
     pub const fn decorrelated(base: Duration, cap: Duration) -> Self {
-        BackoffStrategy::Decorrelated { base, cap }
+        BackoffStrategy::Decorrelated {
+            base: bounded(base),
+            cap: bounded(cap),
+        }
     }
 
-    /// A uniform wait in `[min, max]` before every retry.
+    /// A uniform wait in `[min, max]` before every retry, each clamped to
+    /// [`MAX_DURATION`].
+    #[must_use]
     pub const fn fixed_range(min: Duration, max: Duration) -> Self {
-        BackoffStrategy::Fixed { min, max }
+        BackoffStrategy::Fixed {
+            min: bounded(min),
+            max: bounded(max),
+        }
     }
 
     /// No wait between attempts.
@@ -135,6 +158,8 @@ impl BackoffStrategy {
             BackoffStrategy::Exponential {
                 base, factor, cap, ..
             } => {
+                problems.check_duration(base, format!("{prefix}.base"));
+                problems.check_duration(cap, format!("{prefix}.cap"));
                 problems.check(
                     factor.is_finite() && factor >= 1.0,
                     format!("{prefix}.factor"),
@@ -147,6 +172,8 @@ impl BackoffStrategy {
                 );
             }
             BackoffStrategy::Decorrelated { base, cap } => {
+                problems.check_duration(base, format!("{prefix}.base"));
+                problems.check_duration(cap, format!("{prefix}.cap"));
                 problems.check(
                     !base.is_zero(),
                     format!("{prefix}.base"),
@@ -159,6 +186,8 @@ impl BackoffStrategy {
                 );
             }
             BackoffStrategy::Fixed { min, max } => {
+                problems.check_duration(min, format!("{prefix}.min"));
+                problems.check_duration(max, format!("{prefix}.max"));
                 problems.check(
                     min <= max,
                     format!("{prefix}.min"),

@@ -58,6 +58,7 @@ impl RetryConfig {
             "must be at least 1 (the first attempt counts)",
         );
         self.backoff.check("backoff", &mut problems);
+        problems.check_duration(self.rate_limit_backoff, "rate_limit_backoff");
         problems.extend("budget", self.budget.validate());
         problems.into_result()
     }

@@ -6,8 +6,9 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep, Instant, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
+use toolshield_core::config::{deadline_after, MAX_DURATION};
 use toolshield_core::{
     AttemptGuard, Classify, ErrorKind, Failure, Outcome, ShieldRequest, ShieldResponse, ToolError,
 };
@@ -179,6 +180,9 @@ where
             .backoff
             .wait(attempt, previous_wait, &mut fastrand::Rng::new()),
     };
+    // A peer's Retry-After or a custom backoff may be anything: never wait longer than
+    // any configured duration may be.
+    let wait = wait.min(MAX_DURATION);
     if let Some(deadline) = request.deadline_at() {
         let past = Instant::now()
             .checked_add(wait)
@@ -265,7 +269,10 @@ where
                                 this.state.set(State::WaitReady);
                             } else {
                                 this.state.set(State::Backoff {
-                                    sleep: Box::pin(sleep(wait)),
+                                    sleep: Box::pin(sleep_until(deadline_after(
+                                        Instant::now(),
+                                        wait,
+                                    ))),
                                 });
                             }
                         }

@@ -98,6 +98,10 @@ impl<P> RetryLayer<P> {
     }
 
     /// Replaces the backoff with a built-in strategy or a custom [`Backoff`].
+    ///
+    /// Whatever it returns, a wait (like a `retry_after` from the tool) is cut to
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION), and a retry whose wait
+    /// would end past the call's deadline is not started.
     pub fn with_backoff(mut self, backoff: impl Backoff + 'static) -> Self {
         self.backoff = Arc::new(backoff);
         self
