@@ -3,10 +3,13 @@
 use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
+use toolshield_core::config::MAX_DURATION;
 
 /// Parses a `Retry-After` value: delta seconds (`"120"`) or an HTTP date
 /// (`"Wed, 21 Oct 2015 07:28:00 GMT"`), the latter measured from `now`. A date in the past
-/// is a zero wait. Anything else is `None`.
+/// is a zero wait. Anything else is `None`. A wait longer than
+/// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION) (366 days) is cut to it, so a
+/// peer's `Retry-After: 99999999999999` cannot overflow a deadline computed from it.
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
@@ -22,11 +25,13 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
     if text.is_empty() {
         return None;
     }
-    if text.bytes().all(|b| b.is_ascii_digit()) {
-        return text.parse::<u64>().ok().map(Duration::from_secs);
-    }
-    let at = httpdate::parse_http_date(text).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+    let wait = if text.bytes().all(|b| b.is_ascii_digit()) {
+        Duration::from_secs(text.parse::<u64>().ok()?)
+    } else {
+        let at = httpdate::parse_http_date(text).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_DURATION))
 }
 
 #[cfg(test)]
@@ -66,6 +71,27 @@ mod tests {
         assert_eq!(
             parse_retry_after(&hv("Wednesday, 21-Oct-15 07:28:10 GMT"), now),
             Some(Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn a_wait_longer_than_the_longest_duration_is_cut_to_it() {
+        let now = SystemTime::now();
+        for s in [
+            "99999999999999",
+            "18446744073709551615",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+        ] {
+            assert_eq!(
+                parse_retry_after(&HeaderValue::from_str(s).unwrap(), now),
+                Some(MAX_DURATION),
+                "{s}"
+            );
+        }
+        assert_eq!(
+            parse_retry_after(&hv("31622400"), now),
+            Some(MAX_DURATION),
+            "exactly the bound"
         );
     }
 
