@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use toolshield_breaker::{BreakerRegistry, CircuitState, SharedOpenState};
+use toolshield_core::config::{deadline_after, MAX_DURATION};
 
 use crate::connection::{LuaScript, RedisConnection};
 use crate::error::Error;
@@ -73,7 +74,8 @@ struct OpenElsewhere {
 
 impl OpenElsewhere {
     fn open(&self, key: &str, wait: Duration) {
-        let until = Instant::now() + wait;
+        // `wait` comes from another process: saturate rather than overflow the clock.
+        let until = deadline_after(Instant::now(), wait);
         let mut map = self.until.write().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         map.retain(|_, t| *t > now);
@@ -249,7 +251,8 @@ async fn publish_loop(
         if wait.is_zero() {
             continue;
         }
-        let ms = millis(wait);
+        // Bounded, so the server's `now + wait` and `PEXPIRE` stay in range.
+        let ms = millis(wait.min(MAX_DURATION));
         let r: Result<i64, Error> = conn
             .eval("breaker publish", &scripts().publish, |c| {
                 c.arg(1)
@@ -284,7 +287,7 @@ async fn subscribe_loop(
             }
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(max);
+        backoff = backoff.saturating_mul(2).min(max);
     }
 }
 
@@ -347,4 +350,21 @@ async fn subscribe_once(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_open_period_from_a_peer_longer_than_the_clock_allows_is_saturated() {
+        let local = OpenElsewhere::default();
+        local.open("k", Duration::MAX);
+        local.open("k2", Duration::from_millis(u64::MAX));
+        for key in ["k", "k2"] {
+            let left = local.open_for(key).expect("open");
+            assert!(left <= MAX_DURATION, "{left:?}");
+            assert!(left > MAX_DURATION - Duration::from_secs(60), "{left:?}");
+        }
+    }
 }

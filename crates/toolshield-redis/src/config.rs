@@ -66,7 +66,9 @@ impl RedisConfig {
         }
     }
 
-    /// The same configuration with another per-operation timeout.
+    /// The same configuration with another per-operation timeout (at most
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION): a longer one makes
+    /// [`validate`](Self::validate), and so every connect, fail).
     pub fn with_op_timeout(mut self, op_timeout: Duration) -> Self {
         self.op_timeout = op_timeout;
         self
@@ -78,7 +80,8 @@ impl RedisConfig {
         self
     }
 
-    /// Every problem at once: the URL must parse, timeouts must be at least 1 ms, the
+    /// Every problem at once: the URL must parse, timeouts and delays must be at least
+    /// 1 ms and at most [`MAX_DURATION`](toolshield_core::config::MAX_DURATION), the
     /// prefix must not contain a brace.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
@@ -102,6 +105,10 @@ impl RedisConfig {
             "reconnect_max_delay",
             "must be at least 1ms",
         );
+        p.check_duration(self.op_timeout, "op_timeout");
+        p.check_duration(self.connect_timeout, "connect_timeout");
+        p.check_duration(self.health_timeout, "health_timeout");
+        p.check_duration(self.reconnect_max_delay, "reconnect_max_delay");
         p.check(
             !self.key_prefix.contains(['{', '}']),
             "key_prefix",
