@@ -371,6 +371,12 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
             ),
         );
     }
+    if own(|a, b| a.cache == b.cache) {
+        p.check_duration(tool.cache.ttl, format!("{path}.cache.ttl"));
+        if let Some(grace) = tool.cache.stale_if_error {
+            p.check_duration(grace, format!("{path}.cache.stale_if_error"));
+        }
+    }
     if !tool.cache.ttl.is_zero() && tool.kind != Some(CallKind::ReadOnly) {
         let kind = tool
             .kind

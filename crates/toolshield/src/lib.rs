@@ -88,14 +88,16 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     fn cancellable(self) -> ServiceBuilder<Stack<toolshield_cancel::CancelLayer, L>>;
 
     /// A deadline for the whole call, visible to the layers inside
-    /// ([`toolshield_timeout::DeadlineLayer`]).
+    /// ([`toolshield_timeout::DeadlineLayer`]). A `total` longer than
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION) is clamped to it.
     fn total_deadline(
         self,
         total: Duration,
     ) -> ServiceBuilder<Stack<toolshield_timeout::DeadlineLayer, L>>;
 
     /// A hard timeout per attempt and an optional soft (slow-call) threshold
-    /// ([`toolshield_timeout::TimeoutLayer`]).
+    /// ([`toolshield_timeout::TimeoutLayer`]), each clamped to
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION).
     fn attempt_timeout(
         self,
         attempt: Duration,

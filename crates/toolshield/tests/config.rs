@@ -149,3 +149,37 @@ fn blank_and_reserved_tool_names_are_rejected_when_loading() {
     assert!(text.contains("tools.other: `other` is reserved"), "{text}");
     assert_eq!(err.problems().len(), 2, "{text}");
 }
+
+#[test]
+fn unbounded_durations_are_listed_with_their_paths_in_defaults_and_tools() {
+    let text = r#"
+        [defaults]
+        timeout = { attempt = "300000000000years" }
+
+        [tools.x]
+        kind = "read_only"
+        retry = { rate_limit_backoff = "300000000000years", max_attempts = 0 }
+        cache = { ttl = "300000000000years" }
+    "#;
+    let err = ShieldConfig::from_toml_str(text).unwrap_err();
+    let fields: Vec<&str> = err.problems().iter().map(|p| p.field.as_str()).collect();
+    for expected in [
+        "defaults.timeout.attempt",
+        "tools.x.retry.rate_limit_backoff",
+        "tools.x.retry.max_attempts",
+        "tools.x.cache.ttl",
+    ] {
+        assert!(fields.contains(&expected), "{expected} missing from {err}");
+    }
+    for p in err.problems() {
+        if p.field != "tools.x.retry.max_attempts" {
+            assert!(
+                p.message
+                    .contains("longer than the longest duration accepted"),
+                "{err}"
+            );
+        }
+    }
+    // The tool inherits the defaults' timeout: its problem is reported once.
+    assert!(!fields.contains(&"tools.x.timeout.attempt"), "{err}");
+}
