@@ -189,6 +189,15 @@ impl BreakerConfig {
             "open_wait",
             "must be more than zero",
         );
+        p.check_duration(self.open_wait, "open_wait");
+        p.check_duration(self.max_open_wait, "max_open_wait");
+        p.check_duration(self.idle_ttl, "idle_ttl");
+        if let Some(d) = self.slow_call_duration {
+            p.check_duration(d, "slow_call_duration");
+        }
+        if let WindowConfig::Time { duration, .. } = self.window {
+            p.check_duration(duration, "window.duration");
+        }
         p.check(
             self.open_wait_multiplier.is_finite() && self.open_wait_multiplier >= 1.0,
             "open_wait_multiplier",

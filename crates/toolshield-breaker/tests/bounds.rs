@@ -186,3 +186,32 @@ async fn idle_breakers_left_open_past_their_wait_do_not_pin_the_registry_full() 
         "no call ran under an unkept breaker"
     );
 }
+
+#[test]
+fn durations_beyond_the_bound_are_rejected_with_every_other_problem() {
+    let huge = Duration::from_secs(u64::MAX / 4);
+    let cfg = BreakerConfig {
+        open_wait: huge,
+        max_open_wait: huge,
+        idle_ttl: huge,
+        slow_call_duration: Some(huge),
+        failure_rate: 0.0,
+        ..BreakerConfig::default()
+    };
+    let err = cfg.validate().expect_err("rejected");
+    let fields: Vec<_> = err.problems().iter().map(|p| p.field.as_str()).collect();
+    for f in [
+        "open_wait",
+        "max_open_wait",
+        "idle_ttl",
+        "slow_call_duration",
+        "failure_rate",
+    ] {
+        assert!(fields.contains(&f), "{f} missing from {err}");
+    }
+    let window = BreakerConfig {
+        window: WindowConfig::time(huge, 10),
+        ..BreakerConfig::default()
+    };
+    assert!(window.validate().is_err());
+}

@@ -65,8 +65,6 @@ pub struct CachePolicy {
     pub per_user: bool,
 }
 
-const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
-
 impl CacheConfig {
     /// Sets the TTL of `tool` (builder style).
     pub fn with_ttl(mut self, tool: impl Into<String>, ttl: Duration) -> Self {
@@ -101,35 +99,20 @@ impl CacheConfig {
         }
     }
 
-    /// Every problem at once (TTLs and graces at most a year, tool names not empty).
+    /// Every problem at once (TTLs and graces at most
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION), tool names not empty).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
-        p.check(
-            self.default_ttl <= MAX_TTL,
-            "default_ttl",
-            "must be at most 365 days",
-        );
-        p.check(
-            self.stale_if_error <= MAX_TTL,
-            "stale_if_error",
-            "must be at most 365 days",
-        );
+        p.check_duration(self.default_ttl, "default_ttl");
+        p.check_duration(self.stale_if_error, "stale_if_error");
         let mut names: Vec<&String> = self.tools.keys().collect();
         names.sort();
         for name in names {
             let t = &self.tools[name];
             p.check(!name.is_empty(), "tools", "tool name must not be empty");
-            p.check(
-                t.ttl <= MAX_TTL,
-                format!("tools.{name}.ttl"),
-                "must be at most 365 days",
-            );
+            p.check_duration(t.ttl, format!("tools.{name}.ttl"));
             if let Some(g) = t.stale_if_error {
-                p.check(
-                    g <= MAX_TTL,
-                    format!("tools.{name}.stale_if_error"),
-                    "must be at most 365 days",
-                );
+                p.check_duration(g, format!("tools.{name}.stale_if_error"));
             }
         }
         p.into_result()

@@ -132,7 +132,9 @@ fn retry_after_seconds(value: &[u8]) -> Option<Duration> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    text.parse::<u64>().ok().map(Duration::from_secs)
+    // All digits: a number too large for u64 is "very long", cut to the longest wait.
+    let secs = text.parse::<u64>().unwrap_or(u64::MAX);
+    Some(Duration::from_secs(secs).min(crate::config::MAX_DURATION))
 }
 
 /// A parsed `Retry-After` the client left on a response (in its extensions), so an
@@ -258,5 +260,24 @@ impl<B> ShieldResponse for http::Response<B> {
 
     fn set_attempts(&mut self, attempts: u32) {
         self.extensions_mut().insert(HttpAttempts(attempts));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_after_seconds;
+    use crate::config::MAX_DURATION;
+    use std::time::Duration;
+
+    #[test]
+    fn a_retry_after_beyond_the_longest_duration_is_cut_to_it() {
+        assert_eq!(retry_after_seconds(b"7"), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after_seconds(b"99999999999999"), Some(MAX_DURATION));
+        // More digits than a u64 holds: still "very long", never a parse failure.
+        assert_eq!(
+            retry_after_seconds(b"999999999999999999999999"),
+            Some(MAX_DURATION)
+        );
+        assert_eq!(retry_after_seconds(b"-1"), None);
     }
 }
