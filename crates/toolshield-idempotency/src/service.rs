@@ -489,17 +489,8 @@ where
                 resp.clone(),
                 cfg.record_ttl,
             );
-            guard.on_drop = OnDrop::Write(Box::new(rec.clone()), cfg.record_ttl);
-            let w = write_outcome(
-                &shared,
-                &tool,
-                &skey,
-                &owner,
-                &rec,
-                cfg.record_ttl,
-                &mut lease,
-            )
-            .await;
+            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            let w = record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
             if w != Written::Yes {
                 // The tool ran and its result is not recorded: never let the key turn
                 // silently free. Mark the key OUTCOME_UNKNOWN (a duplicate is told so
@@ -522,7 +513,7 @@ where
                     if r.is_ok() {
                         guard.on_drop = OnDrop::Nothing;
                     }
-                    // Else the guard tries once more in the background.
+                    // Else the guard keeps trying in the background while the lease lasts.
                     return Ok(resp);
                 }
             }
@@ -538,21 +529,8 @@ where
             };
             let err = outcome_unknown(&tool, what).with_source(e);
             let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &err, cfg.record_ttl);
-            guard.on_drop = OnDrop::Write(Box::new(rec.clone()), cfg.record_ttl);
-            if write_outcome(
-                &shared,
-                &tool,
-                &skey,
-                &owner,
-                &rec,
-                cfg.record_ttl,
-                &mut lease,
-            )
-            .await
-                != Written::Failed
-            {
-                guard.on_drop = OnDrop::Nothing;
-            }
+            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
             Err(err)
         }
         Err(e) if releases_key(e.kind()) => {
@@ -569,24 +547,30 @@ where
         }
         Err(e) => {
             let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &e, cfg.failed_ttl);
-            guard.on_drop = OnDrop::Write(Box::new(rec.clone()), cfg.failed_ttl);
-            if write_outcome(
-                &shared,
-                &tool,
-                &skey,
-                &owner,
-                &rec,
-                cfg.failed_ttl,
-                &mut lease,
-            )
-            .await
-                != Written::Failed
-            {
-                guard.on_drop = OnDrop::Nothing;
-            }
+            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            record(&shared, at, rec, cfg.failed_ttl, &mut lease, &mut guard).await;
             Err(e)
         }
     }
+}
+
+/// Writes the outcome record `rec` of the claim `(tool, storage key, owner)` with
+/// [`write_outcome`], the guard holding it until it is written (a drop in between writes
+/// it in the background; so does a write that failed past the bound, once more).
+async fn record(
+    shared: &Shared,
+    (tool, skey, owner): (&str, &str, &str),
+    rec: IdempotencyRecord,
+    ttl: Duration,
+    lease: &mut Lease,
+    guard: &mut ClaimGuard,
+) -> Written {
+    guard.on_drop = OnDrop::Write(Box::new(rec.clone()), ttl);
+    let w = write_outcome(shared, tool, skey, owner, &rec, ttl, lease).await;
+    if w != Written::Failed {
+        guard.on_drop = OnDrop::Nothing;
+    }
+    w
 }
 
 /// Runs the call while renewing the lease every third of it (the renewal runs beside the

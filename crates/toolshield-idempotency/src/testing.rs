@@ -449,6 +449,25 @@ mod faulty {
             &self.inner
         }
 
+        /// `complete` or `fail` (the same operation on a COMPLETED or FAILED record).
+        fn finish<'a>(
+            &'a self,
+            op: &'static str,
+            key: &str,
+            owner: &str,
+            record: IdempotencyRecord,
+            ttl: Duration,
+        ) -> StoreFuture<'a, bool> {
+            let (key, owner) = (key.to_owned(), owner.to_owned());
+            self.faulty(op, move |s| async move {
+                if op == "complete" {
+                    s.complete(&key, &owner, record, ttl).await
+                } else {
+                    s.fail(&key, &owner, record, ttl).await
+                }
+            })
+        }
+
         fn faulty<'a, T, F, Fut>(&'a self, op: &'static str, make: F) -> StoreFuture<'a, T>
         where
             T: Send + 'static,
@@ -517,10 +536,7 @@ mod faulty {
             record: IdempotencyRecord,
             ttl: Duration,
         ) -> StoreFuture<'a, bool> {
-            let (key, owner) = (key.to_owned(), owner.to_owned());
-            self.faulty("complete", move |s| async move {
-                s.complete(&key, &owner, record, ttl).await
-            })
+            self.finish("complete", key, owner, record, ttl)
         }
 
         fn fail<'a>(
@@ -530,10 +546,7 @@ mod faulty {
             record: IdempotencyRecord,
             ttl: Duration,
         ) -> StoreFuture<'a, bool> {
-            let (key, owner) = (key.to_owned(), owner.to_owned());
-            self.faulty("fail", move |s| async move {
-                s.fail(&key, &owner, record, ttl).await
-            })
+            self.finish("fail", key, owner, record, ttl)
         }
 
         fn renew<'a>(

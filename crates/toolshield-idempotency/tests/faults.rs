@@ -174,9 +174,10 @@ async fn a_mutation_that_cannot_renew_its_lease_gives_up_before_anyone_can_take_
     );
     let a = a.await.expect("join");
     assert_eq!(a.expect_err("abandoned").kind(), ErrorKind::OutcomeUnknown);
-    plan.clear();
+    // The store takes nothing until the lease has expired.
     sleep(Duration::from_secs(2)).await;
-    // The lease has expired: B takes over, and never runs beside A.
+    plan.clear();
+    // B takes over, and never runs beside A.
     layer
         .layer(slow.clone())
         .oneshot(req.clone())
@@ -442,4 +443,23 @@ fn durations_beyond_the_bound_are_rejected_with_every_other_problem() {
     assert!(fields.contains(&"record_ttl"), "{err}");
     assert!(fields.contains(&"lease"), "{err}");
     assert!(IdempotencyLayer::new(cfg).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_mutation_is_recorded_outcome_unknown_once_the_store_is_back() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _handle, plan) = faulty(lease_cfg());
+    let slow = tool(&runs, Duration::from_secs(60), ok_n);
+    let req = pay(CallKind::Mutating);
+    plan.always("renew", Fault::Fail);
+    plan.always("fail", Fault::Fail);
+    let a = layer.layer(slow.clone()).oneshot(req.clone()).await;
+    assert_eq!(a.expect_err("abandoned").kind(), ErrorKind::OutcomeUnknown);
+    // The store comes back while the claim still lives: the record is written in the
+    // background, so a duplicate is told the outcome is unknown instead of running.
+    plan.clear();
+    sleep(Duration::from_secs(10)).await;
+    let b = layer.layer(slow.clone()).oneshot(req.clone()).await;
+    assert_eq!(b.expect_err("not run").kind(), ErrorKind::OutcomeUnknown);
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1);
 }
