@@ -28,14 +28,31 @@ use tower::{Layer, Service};
 /// A request that costs nothing to build and drop, so the group measures the breakers
 /// and not the request (a `ToolRequest` clone touches two cancellation tokens, whose
 /// shared lock would dominate the two-thread figures).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct LiteRequest {
+    /// The tool name, and so the breaker key.
+    key: Arc<str>,
     extensions: Extensions,
+}
+
+impl LiteRequest {
+    fn new(key: impl Into<Arc<str>>) -> Self {
+        LiteRequest {
+            key: key.into(),
+            extensions: Extensions::new(),
+        }
+    }
+}
+
+impl Default for LiteRequest {
+    fn default() -> Self {
+        LiteRequest::new("weather")
+    }
 }
 
 impl ShieldRequest for LiteRequest {
     fn tool(&self) -> &str {
-        "weather"
+        &self.key
     }
     fn call_kind(&self) -> CallKind {
         CallKind::ReadOnly
@@ -252,84 +269,6 @@ fn hot_key_threads(c: &mut Criterion) {
     g.finish();
 }
 
-/// A [`LiteRequest`] whose tool name, and so its breaker key, is chosen per request.
-#[derive(Clone)]
-struct KeyedRequest {
-    key: Arc<str>,
-    extensions: Extensions,
-}
-
-impl KeyedRequest {
-    fn new(key: impl Into<Arc<str>>) -> Self {
-        KeyedRequest {
-            key: key.into(),
-            extensions: Extensions::new(),
-        }
-    }
-}
-
-impl ShieldRequest for KeyedRequest {
-    fn tool(&self) -> &str {
-        &self.key
-    }
-    fn call_kind(&self) -> CallKind {
-        CallKind::ReadOnly
-    }
-    fn get_idempotency_key(&self) -> Option<&str> {
-        None
-    }
-    fn call_token(&self) -> Option<&CancellationToken> {
-        None
-    }
-    fn attempt_token(&self) -> Option<&CancellationToken> {
-        None
-    }
-    fn deadline_at(&self) -> Option<TokioInstant> {
-        None
-    }
-    fn set_deadline(&mut self, _deadline: TokioInstant) {}
-    fn attempt(&self) -> u32 {
-        1
-    }
-    fn begin_attempt(&mut self, _attempt: u32) {}
-    fn extensions(&self) -> &Extensions {
-        &self.extensions
-    }
-    fn extensions_mut(&mut self) -> &mut Extensions {
-        &mut self.extensions
-    }
-}
-
-/// [`BareTool`] for [`KeyedRequest`]s.
-#[derive(Clone, Copy, Default)]
-struct KeyedTool;
-
-impl Service<KeyedRequest> for KeyedTool {
-    type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = Ready<Result<ToolResponse, ToolError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _req: KeyedRequest) -> Self::Future {
-        ready(Ok(ToolResponse::new(Value::Bool(true))))
-    }
-}
-
-/// One call of `req` through `svc`, asserting success.
-fn call_keyed<S>(svc: &mut S, req: KeyedRequest)
-where
-    S: Service<KeyedRequest>,
-    S::Error: std::fmt::Debug,
-{
-    let mut cx = Context::from_waker(Waker::noop());
-    let _ = svc.poll_ready(&mut cx);
-    let res = block_on(svc.call(req));
-    assert!(res.is_ok());
-}
-
 /// A registry holding `max_keys` = 10,000 breakers none of which can be evicted: 9,998
 /// forced open, and the two keys the known-key entry alternates between, forced closed
 /// (they admit and record every call, and a sweep keeps them).
@@ -352,20 +291,20 @@ fn full_registry() -> BreakerRegistry {
 fn full_registry_new_key(c: &mut Criterion) {
     let mut g = c.benchmark_group("breaker_full_registry");
     let registry = full_registry();
-    let known = [KeyedRequest::new("known-a"), KeyedRequest::new("known-b")];
+    let known = [LiteRequest::new("known-a"), LiteRequest::new("known-b")];
 
-    let mut bare = KeyedTool;
+    let mut bare = BareTool;
     g.bench_function("bare", |b| {
         b.iter_batched(
             || known[0].clone(),
-            |req| call_keyed(&mut bare, black_box(req)),
+            |req| call(&mut bare, black_box(&req)),
             BatchSize::SmallInput,
         )
     });
 
     // Two keys in turn, so each call misses the service's one-key cache and looks the
     // key up in the registry.
-    let mut svc = BreakerLayer::new(registry.clone()).layer(KeyedTool);
+    let mut svc = BreakerLayer::new(registry.clone()).layer(BareTool);
     let mut turn = 0usize;
     g.bench_function("known key", |b| {
         b.iter_batched(
@@ -373,22 +312,22 @@ fn full_registry_new_key(c: &mut Criterion) {
                 turn += 1;
                 known[turn % 2].clone()
             },
-            |req| call_keyed(&mut svc, black_box(req)),
+            |req| call(&mut svc, black_box(&req)),
             BatchSize::SmallInput,
         )
     });
 
     // A key never seen before on every call: the registry is full and nothing can be
     // evicted, so each call runs under a breaker that is not kept.
-    let mut svc = BreakerLayer::new(registry.clone()).layer(KeyedTool);
+    let mut svc = BreakerLayer::new(registry.clone()).layer(BareTool);
     let mut n = 0u64;
     g.bench_function("new key", |b| {
         b.iter_batched(
             || {
                 n += 1;
-                KeyedRequest::new(format!("new-{n}"))
+                LiteRequest::new(format!("new-{n}"))
             },
-            |req| call_keyed(&mut svc, black_box(req)),
+            |req| call(&mut svc, black_box(&req)),
             BatchSize::SmallInput,
         )
     });
