@@ -26,6 +26,11 @@ timeout = { attempt = "2s", soft = "500ms" }
 kind = "read_only"
 cache = { ttl = "1m" }
 
+# Breaker settings of its own: `weather` gets its own breaker registry, next to `default`.
+[tools.weather.breaker]
+consecutive_failures = 3
+open_wait = "10s"
+
 [tools.weather.schema]
 type = "object"
 required = ["city"]
@@ -62,7 +67,8 @@ async fn main() -> Result<(), BoxError> {
     let ops = ShieldRouter::new()
         .core_check("tools", || async { Ok::<(), String>(()) })
         .metrics(exporter)
-        .breakers(shield.breaker_for("weather").clone())
+        // Every breaker registry of the shield (`default` and `weather`), in one call.
+        .breakers(shield.breakers())
         .admin_token(ADMIN_TOKEN)
         .build();
     let app = Router::new()
@@ -142,8 +148,12 @@ fn client_tour(url: &str) -> Result<(), BoxError> {
     println!("POST /admin/breakers/weather/open   -> {status}");
     let (status, body) = post("/tools/weather", r#"{"city":"Rome"}"#, None)?;
     println!("a weather call while forced open     -> {status} {body}");
-    let (status, _) = post("/admin/breakers/weather/reset", "", Some(ADMIN_TOKEN))?;
-    println!("POST /admin/breakers/weather/reset  -> {status}");
+    let (status, body) = post("/admin/breakers/wether/open", "", Some(ADMIN_TOKEN))?;
+    println!("POST /admin/breakers/wether/open    -> {status} {body}");
+    let (status, body) = get("/healthz", None)?;
+    println!("GET /healthz (counts, never keys)   -> {status} {body}");
+    let (status, _) = post("/admin/breakers/all/reset", "", Some(ADMIN_TOKEN))?;
+    println!("POST /admin/breakers/all/reset      -> {status}");
     let (status, body) = post("/tools/weather", r#"{"city":"Rome"}"#, None)?;
     println!("and again after the reset           -> {status} {body}");
     Ok(())

@@ -1,8 +1,9 @@
 //! `/admin/breakers`: status and manual control, behind a bearer token.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -11,6 +12,8 @@ use serde::Serialize;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 use toolshield_breaker::{BreakerRegistry, BreakerStatus};
+
+use crate::registries::{BreakerRegistries, DEFAULT_REGISTRY};
 
 /// The key that means every breaker in `POST /admin/breakers/all/{action}`.
 pub const ALL_KEYS: &str = "all";
@@ -54,7 +57,7 @@ impl AdminAction {
 
 #[derive(Clone)]
 pub(crate) struct AdminState {
-    pub(crate) registry: BreakerRegistry,
+    pub(crate) registries: BreakerRegistries,
     pub(crate) token: Arc<[u8]>,
 }
 
@@ -96,57 +99,262 @@ pub(crate) async fn require_token(
     resp
 }
 
+/// One breaker in an answer: its registry and its status.
 #[derive(Serialize)]
-struct List {
-    breakers: Vec<BreakerStatus>,
+struct Entry<'a> {
+    registry: &'a str,
+    #[serde(flatten)]
+    status: BreakerStatus,
 }
 
-pub(crate) async fn list(State(state): State<AdminState>) -> Response {
-    Json(List {
-        breakers: state.registry.status_all(),
-    })
-    .into_response()
+/// A refused admin request, answered `{"error": message}` with its status. Small, so a
+/// `Result` carrying it stays cheap to move.
+pub(crate) struct Refusal {
+    status: StatusCode,
+    message: Cow<'static, str>,
 }
 
-pub(crate) async fn one(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
-    match state.registry.status(&key) {
-        Some(status) => Json(status).into_response(),
-        None => error(StatusCode::NOT_FOUND, "no breaker with this key"),
+fn refuse(status: StatusCode, message: impl Into<Cow<'static, str>>) -> Refusal {
+    Refusal {
+        status,
+        message: message.into(),
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        error(self.status, &self.message)
+    }
+}
+
+const NO_SUCH_REGISTRY: &str = "no breaker registry with this name";
+
+/// The query parameters of the admin API.
+#[derive(Debug, Default)]
+struct Params {
+    /// `create=true`: an action on a key no registry holds creates its breaker.
+    create: bool,
+    /// `registry=NAME`: only the registries of that name.
+    registry: Option<String>,
+}
+
+/// Parses `registry=NAME` (and `create=true|false` where `allow_create`); anything else,
+/// a parameter given twice, or a value that is not valid, is a 400: a misspelt
+/// `create` must never be taken for "do not create", nor for "create".
+fn params(query: Option<&str>, allow_create: bool) -> Result<Params, Refusal> {
+    let mut out = Params::default();
+    let mut create_seen = false;
+    let bad = |message: String| refuse(StatusCode::BAD_REQUEST, message);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value)
+            .ok_or_else(|| bad(format!("invalid percent-encoding in `{name}`")))?;
+        match name {
+            "create" if allow_create && !create_seen => {
+                create_seen = true;
+                out.create = match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("`create` must be `true` or `false`".to_owned())),
+                };
+            }
+            "registry" if out.registry.is_none() && !value.is_empty() => {
+                out.registry = Some(value);
+            }
+            "create" | "registry" => {
+                return Err(bad(format!(
+                    "`{name}` given twice, empty or not allowed here"
+                )));
+            }
+            _ => {
+                let known = if allow_create {
+                    "create, registry"
+                } else {
+                    "registry"
+                };
+                return Err(bad(format!("unknown query parameter (known: {known})")));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes `%XX` and `+` of a query value; `None` for a bad escape or invalid UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(s.len());
+    let mut it = s.bytes();
+    while let Some(b) = it.next() {
+        match b {
+            b'+' => bytes.push(b' '),
+            b'%' => {
+                let hi = char::from(it.next()?).to_digit(16)?;
+                let lo = char::from(it.next()?).to_digit(16)?;
+                bytes.push(u8::try_from(hi * 16 + lo).ok()?);
+            }
+            _ => bytes.push(b),
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+type Named<'a> = (&'a str, &'a BreakerRegistry);
+
+/// The registries a request addresses: every one, or those named by `registry=`.
+fn selected<'a>(
+    registries: &'a BreakerRegistries,
+    params: &Params,
+) -> Result<Vec<Named<'a>>, Refusal> {
+    let chosen: Vec<_> = registries
+        .iter()
+        .filter(|(n, _)| params.registry.as_deref().is_none_or(|want| *n == want))
+        .collect();
+    if chosen.is_empty() && params.registry.is_some() {
+        return Err(refuse(StatusCode::NOT_FOUND, NO_SUCH_REGISTRY));
+    }
+    Ok(chosen)
+}
+
+/// The registry `?create=true` creates an unknown `key` in: the one named by
+/// `registry=`, else the one named like the key (a tool with breaker settings of its own
+/// has a registry named after it), else [`DEFAULT_REGISTRY`], else the only one.
+fn creation_target<'a>(
+    registries: &'a BreakerRegistries,
+    params: &Params,
+    key: &str,
+) -> Result<Named<'a>, Refusal> {
+    let found = |name: &str| registries.iter().find(|(n, _)| *n == name);
+    match &params.registry {
+        Some(name) => found(name).ok_or_else(|| refuse(StatusCode::NOT_FOUND, NO_SUCH_REGISTRY)),
+        None => found(key)
+            .or_else(|| found(DEFAULT_REGISTRY))
+            .or_else(|| {
+                (registries.len() == 1)
+                    .then(|| registries.iter().next())
+                    .flatten()
+            })
+            .ok_or_else(|| {
+                refuse(
+                    StatusCode::BAD_REQUEST,
+                    "several breaker registries and none named `default`: pass registry=NAME",
+                )
+            }),
+    }
+}
+
+fn statuses<'a>(chosen: &[Named<'a>], key: Option<&str>) -> Vec<Entry<'a>> {
+    chosen
+        .iter()
+        .flat_map(|(name, r)| {
+            let list = match key {
+                None => r.status_all(),
+                Some(k) => r.status(k).into_iter().collect(),
+            };
+            list.into_iter().map(|status| Entry {
+                registry: name,
+                status,
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn list(
+    State(state): State<AdminState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, Refusal> {
+    let params = params(query.as_deref(), false)?;
+    let chosen = selected(&state.registries, &params)?;
+    Ok(Json(json!({ "breakers": statuses(&chosen, None) })).into_response())
+}
+
+pub(crate) async fn one(
+    State(state): State<AdminState>,
+    Path(key): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, Refusal> {
+    let params = params(query.as_deref(), false)?;
+    let chosen = selected(&state.registries, &params)?;
+    let found = statuses(&chosen, Some(&key));
+    if found.is_empty() {
+        return Err(refuse(StatusCode::NOT_FOUND, "no breaker with this key"));
+    }
+    Ok(Json(json!({ "key": key, "breakers": found })).into_response())
+}
+
+fn apply(r: &BreakerRegistry, action: AdminAction, key: Option<&str>) {
+    match (action, key) {
+        (AdminAction::Open, Some(k)) => r.force_open(k),
+        (AdminAction::Close, Some(k)) => r.force_closed(k),
+        (AdminAction::MetricsOnly, Some(k)) => r.metrics_only(k),
+        (AdminAction::Reset, Some(k)) => r.reset(k),
+        (AdminAction::Open, None) => r.force_open_all(),
+        (AdminAction::Close, None) => r.force_closed_all(),
+        (AdminAction::MetricsOnly, None) => r.metrics_only_all(),
+        (AdminAction::Reset, None) => r.reset_all(),
     }
 }
 
 pub(crate) async fn act(
     State(state): State<AdminState>,
     Path((key, action)): Path<(String, String)>,
-) -> Response {
-    let Some(action) = AdminAction::parse(&action) else {
-        return error(
+    RawQuery(query): RawQuery,
+) -> Result<Response, Refusal> {
+    let action = AdminAction::parse(&action).ok_or_else(|| {
+        refuse(
             StatusCode::NOT_FOUND,
             "unknown action: use open, close, metrics-only or reset",
-        );
-    };
-    let r = &state.registry;
+        )
+    })?;
+    let params = params(query.as_deref(), true)?;
+    let chosen = selected(&state.registries, &params)?;
     let all = key == ALL_KEYS;
-    match (action, all) {
-        (AdminAction::Open, false) => r.force_open(&key),
-        (AdminAction::Close, false) => r.force_closed(&key),
-        (AdminAction::MetricsOnly, false) => r.metrics_only(&key),
-        (AdminAction::Reset, false) => r.reset(&key),
-        (AdminAction::Open, true) => r.force_open_all(),
-        (AdminAction::Close, true) => r.force_closed_all(),
-        (AdminAction::MetricsOnly, true) => r.metrics_only_all(),
-        (AdminAction::Reset, true) => r.reset_all(),
+    if all && params.create {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "`create` needs a key: `all` means every breaker held",
+        ));
     }
+    // Every registry that holds the key (a per-caller key may be in several). An unknown
+    // key is created only on request, so a typo cannot leave a breaker behind. (A breaker
+    // evicted between this check and the action is created again: it existed a moment
+    // ago, and eviction only takes idle breakers without an override.)
+    let mut created = false;
+    let targets: Vec<Named<'_>> = if all {
+        chosen
+    } else {
+        let holders: Vec<_> = chosen
+            .into_iter()
+            .filter(|(_, r)| r.status(&key).is_some())
+            .collect();
+        if !holders.is_empty() {
+            holders
+        } else if params.create {
+            created = true;
+            vec![creation_target(&state.registries, &params, &key)?]
+        } else {
+            return Err(refuse(
+                StatusCode::NOT_FOUND,
+                "no breaker with this key (pass create=true to create it)",
+            ));
+        }
+    };
+    let one_key = (!all).then_some(key.as_str());
+    for (_, r) in &targets {
+        apply(r, action, one_key);
+    }
+    let registries: Vec<&str> = targets.iter().map(|(n, _)| *n).collect();
     tracing::warn!(
         target: "toolshield::admin",
         key = key.as_str(),
         action = action.as_str(),
+        registries = ?registries,
+        created,
         "breaker override through the admin api"
     );
-    let breakers = if all {
-        r.status_all()
-    } else {
-        r.status(&key).into_iter().collect()
-    };
-    Json(json!({ "key": key, "action": action, "breakers": breakers })).into_response()
+    Ok(Json(json!({
+        "key": key,
+        "action": action,
+        "created": created,
+        "breakers": statuses(&targets, one_key),
+    }))
+    .into_response())
 }

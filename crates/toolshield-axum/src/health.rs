@@ -80,9 +80,15 @@ pub struct Component {
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// The breakers that are open or forced open (the `breakers` component only).
+    /// How many breakers are open (tripped), across every registry (the `breakers`
+    /// component only). Counts, never keys: keys may be caller ids, and `/healthz` is
+    /// served without a token (the keys are on the admin API).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub open: Option<Vec<String>>,
+    pub open: Option<usize>,
+    /// How many breakers are forced open by an operator, across every registry (the
+    /// `breakers` component only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forced_open: Option<usize>,
 }
 
 /// The `/healthz` body: `{"status":"ok"|"degraded","components":{...},"failing":[...]}`.
@@ -155,6 +161,7 @@ pub(crate) async fn run_checks(checks: &[Registered]) -> BTreeMap<String, Compon
                     duration_ms: Some(millis(elapsed)),
                     error,
                     open: None,
+                    forced_open: None,
                 },
             )
         })

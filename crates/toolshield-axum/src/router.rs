@@ -10,11 +10,12 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use toolshield_breaker::{BreakerRegistry, CircuitState};
+use toolshield_breaker::CircuitState;
 use toolshield_metrics::{PrometheusExporter, PROMETHEUS_CONTENT_TYPE};
 
 use crate::admin::{self, AdminState};
 use crate::health::{self, Component, ComponentStatus, HealthCheck, Importance, Registered};
+use crate::registries::BreakerRegistries;
 
 /// The timeout of a check registered without one.
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,13 +29,16 @@ pub const ADMIN_TOKEN_ENV: &str = "TOOLSHIELD_ADMIN_TOKEN";
 /// - `GET /metrics` is mounted with [`metrics`](Self::metrics).
 /// - `GET /admin/breakers`, `GET /admin/breakers/{key}` and
 ///   `POST /admin/breakers/{key}/{open|close|metrics-only|reset}` (`{key}` = `all` for
-///   every breaker) are mounted with [`breakers`](Self::breakers) *and* an
-///   [`admin_token`](Self::admin_token); without a token they do not exist (404).
+///   every breaker of every registry) are mounted with [`breakers`](Self::breakers) *and*
+///   an [`admin_token`](Self::admin_token); without a token they do not exist (404).
+///   A key no registry holds is 404 for every verb; `?create=true` creates it (see
+///   `docs/operations.md` for the registry it is created in), `?registry=NAME` narrows a
+///   request to one registry.
 #[derive(Clone, Default)]
 pub struct ShieldRouter {
     checks: Vec<Registered>,
     exporter: Option<PrometheusExporter>,
-    registry: Option<BreakerRegistry>,
+    registries: BreakerRegistries,
     token: Option<Arc<[u8]>>,
 }
 
@@ -46,7 +50,7 @@ impl std::fmt::Debug for ShieldRouter {
                 &self.checks.iter().map(|c| &c.name).collect::<Vec<_>>(),
             )
             .field("metrics", &self.exporter.is_some())
-            .field("breakers", &self.registry.is_some())
+            .field("breakers", &self.registries.names().collect::<Vec<_>>())
             .field("admin", &self.token.is_some())
             .finish()
     }
@@ -55,7 +59,7 @@ impl std::fmt::Debug for ShieldRouter {
 #[derive(Clone)]
 struct HealthState {
     checks: Arc<[Registered]>,
-    registry: Option<BreakerRegistry>,
+    registries: BreakerRegistries,
 }
 
 impl ShieldRouter {
@@ -108,10 +112,15 @@ impl ShieldRouter {
         self
     }
 
-    /// Reports open breakers in `/healthz` (non-core) and, with a token, mounts the
-    /// admin API over `registry`.
-    pub fn breakers(mut self, registry: BreakerRegistry) -> Self {
-        self.registry = Some(registry);
+    /// Reports how many breakers are open in `/healthz` (non-core; counts only, never
+    /// keys) and, with a token, mounts the admin API over every registry of `registries`.
+    ///
+    /// Pass every registry of the stack in one call: a shield's whole map
+    /// (`.breakers(shield.breakers())`), or one [`BreakerRegistry`](toolshield_breaker::BreakerRegistry)
+    /// (named [`DEFAULT_REGISTRY`](crate::DEFAULT_REGISTRY)). A second call adds its
+    /// registries to those of the first; none is dropped.
+    pub fn breakers(mut self, registries: impl Into<BreakerRegistries>) -> Self {
+        self.registries.extend(registries.into());
         self
     }
 
@@ -136,14 +145,17 @@ impl ShieldRouter {
     pub fn build(self) -> Router {
         let health_state = HealthState {
             checks: self.checks.into(),
-            registry: self.registry.clone(),
+            registries: self.registries.clone(),
         };
         let mut router = Router::new().route("/healthz", get(healthz).with_state(health_state));
         if let Some(exporter) = self.exporter {
             router = router.route("/metrics", get(metrics).with_state(exporter));
         }
-        if let (Some(registry), Some(token)) = (self.registry, self.token) {
-            let state = AdminState { registry, token };
+        if let (false, Some(token)) = (self.registries.is_empty(), self.token) {
+            let state = AdminState {
+                registries: self.registries,
+                token,
+            };
             let admin = Router::new()
                 .route("/admin/breakers", get(admin::list))
                 .route("/admin/breakers/{key}", get(admin::one))
@@ -161,17 +173,22 @@ impl ShieldRouter {
 
 async fn healthz(State(state): State<HealthState>) -> Response {
     let mut components = health::run_checks(&state.checks).await;
-    if let Some(registry) = &state.registry {
-        let open: Vec<String> = registry
-            .status_all()
-            .into_iter()
-            .filter(|s| matches!(s.state, CircuitState::Open | CircuitState::ForcedOpen))
-            .map(|s| s.key.to_string())
-            .collect();
+    if !state.registries.is_empty() {
+        // Counts only: keys may be caller ids, and this endpoint has no token.
+        let (mut open, mut forced_open) = (0, 0);
+        for (_, registry) in state.registries.iter() {
+            for s in registry.status_all() {
+                match s.state {
+                    CircuitState::Open => open += 1,
+                    CircuitState::ForcedOpen => forced_open += 1,
+                    _ => {}
+                }
+            }
+        }
         components.insert(
             "breakers".to_owned(),
             Component {
-                status: if open.is_empty() {
+                status: if open + forced_open == 0 {
                     ComponentStatus::Ok
                 } else {
                     ComponentStatus::Degraded
@@ -180,6 +197,7 @@ async fn healthz(State(state): State<HealthState>) -> Response {
                 duration_ms: None,
                 error: None,
                 open: Some(open),
+                forced_open: Some(forced_open),
             },
         );
     }

@@ -131,7 +131,10 @@ async fn overrides_show_in_status_metrics_events_and_behaviour() {
         ]
     );
     let one = request("GET", format!("{base}/admin/breakers/weather"), Some(TOKEN)).await;
-    assert_eq!(one.json()["state"], "forced_open");
+    let one = one.json();
+    assert_eq!(one["key"], "weather");
+    assert_eq!(one["breakers"][0]["registry"], "default");
+    assert_eq!(one["breakers"][0]["state"], "forced_open");
     let missing = request("GET", format!("{base}/admin/breakers/nope"), Some(TOKEN)).await;
     assert_eq!(missing.status, 404);
     // Behaviour.
@@ -218,4 +221,91 @@ async fn overrides_show_in_status_metrics_events_and_behaviour() {
         .as_str()
         .unwrap()
         .contains("unknown action"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_key_is_404_for_every_verb_and_nothing_is_created() {
+    let registry = BreakerRegistry::default();
+    registry.reset("weather");
+    let base = server(&registry, Some(TOKEN)).await;
+
+    let a = request("GET", format!("{base}/admin/breakers/wether"), Some(TOKEN)).await;
+    assert_eq!(a.status, 404, "{}", a.body);
+    for action in ["open", "close", "metrics-only", "reset"] {
+        let a = request(
+            "POST",
+            format!("{base}/admin/breakers/wether/{action}"),
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(a.status, 404, "{action}: {}", a.body);
+        assert_eq!(a.content_type, "application/json");
+        let error = a.json()["error"].as_str().unwrap().to_owned();
+        assert!(error.contains("create=true"), "{error}");
+    }
+    // A malformed or misspelt query is refused, never taken as "create".
+    for query in ["create=yes", "craete=true", "create"] {
+        let a = request(
+            "POST",
+            format!("{base}/admin/breakers/wether/open?{query}"),
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(a.status, 400, "{query}: {}", a.body);
+    }
+    assert!(registry.status("wether").is_none());
+    assert_eq!(registry.len(), 1);
+    assert_eq!(registry.state("weather"), CircuitState::Closed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_true_pre_opens_a_key_not_seen_yet() {
+    let registry = BreakerRegistry::default();
+    let base = server(&registry, Some(TOKEN)).await;
+
+    let a = request(
+        "POST",
+        format!("{base}/admin/breakers/payments/open?create=true"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let body = a.json();
+    assert_eq!(body["created"], true);
+    assert_eq!(body["breakers"][0]["key"], "payments");
+    assert_eq!(body["breakers"][0]["state"], "forced_open");
+    assert_eq!(registry.state("payments"), CircuitState::ForcedOpen);
+    assert_eq!(
+        call(&registry, "payments").await.unwrap_err().kind(),
+        ErrorKind::CircuitOpen
+    );
+
+    // On a key that exists, `create=true` changes nothing but the action.
+    let a = request(
+        "POST",
+        format!("{base}/admin/breakers/payments/reset?create=false"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.json()["created"], false);
+    let a = request(
+        "POST",
+        format!("{base}/admin/breakers/payments/close?create=true"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(a.json()["created"], false);
+    assert_eq!(registry.state("payments"), CircuitState::Disabled);
+    assert_eq!(registry.len(), 1);
+
+    // `all` cannot be created.
+    let a = request(
+        "POST",
+        format!("{base}/admin/breakers/all/open?create=true"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(registry.state("payments"), CircuitState::Disabled);
 }

@@ -79,7 +79,8 @@ async fn status_open_reset_and_errors() {
     assert_eq!(code, 0);
     let body: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(body["key"], "weather");
-    assert_eq!(body["state"], "forced_open");
+    assert_eq!(body["breakers"][0]["registry"], "default");
+    assert_eq!(body["breakers"][0]["state"], "forced_open");
 
     // Reset all.
     let (code, out, _) = cli(&[
@@ -140,4 +141,94 @@ async fn status_open_reset_and_errors() {
     let (code, _, err) = cli(&["breakers", "status", "--url", "ftp://x", "--token", TOKEN]).await;
     assert_eq!(code, EXIT_USAGE);
     assert!(err.contains("invalid --url"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typo_in_the_key_exits_non_zero_and_creates_nothing() {
+    let registry = BreakerRegistry::default();
+    registry.reset("weather");
+    let addr = serve(
+        ShieldRouter::new()
+            .breakers(registry.clone())
+            .admin_token(TOKEN)
+            .build(),
+    )
+    .await;
+    let url = format!("http://{addr}");
+
+    for verb in ["open", "close", "metrics-only", "reset"] {
+        let (code, out, err) =
+            cli(&["breakers", verb, "wether", "--url", &url, "--token", TOKEN]).await;
+        assert_eq!(code, EXIT_FAILED, "{verb}: {out}{err}");
+        assert!(
+            err.contains("404") && err.contains("no breaker") && err.contains("--create"),
+            "{verb}: {err}"
+        );
+    }
+    assert!(registry.status("wether").is_none());
+    assert_eq!(registry.len(), 1);
+
+    // Pre-opening a key not seen yet is explicit.
+    let (code, out, err) = cli(&[
+        "breakers", "open", "payments", "--create", "--url", &url, "--token", TOKEN,
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("open: payments") && out.contains("created"),
+        "{out}"
+    );
+    assert_eq!(registry.state("payments"), CircuitState::ForcedOpen);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_does_not_confirm_the_action_is_a_failure() {
+    use axum::routing::{get, post};
+    // A server that answers 200 to everything without doing anything: a proxy's
+    // catch-all, an old version, a different service on that port.
+    let addr = serve(
+        axum::Router::new()
+            .route("/admin/breakers", get(|| async { axum::Json(json!({})) }))
+            .route(
+                "/admin/breakers/{key}",
+                get(|| async { axum::Json(json!({})) }),
+            )
+            .route(
+                "/admin/breakers/{key}/{action}",
+                post(|| async { axum::Json(json!({})) }),
+            ),
+    )
+    .await;
+    let url = format!("http://{addr}");
+    for args in [
+        &["breakers", "open", "weather"][..],
+        &["breakers", "reset", "all"][..],
+        &["breakers", "status", "weather"][..],
+        &["breakers", "status"][..],
+    ] {
+        let mut argv = args.to_vec();
+        argv.extend(["--url", &url, "--token", TOKEN]);
+        let (code, out, err) = cli(&argv).await;
+        assert_eq!(code, EXIT_FAILED, "{args:?}: {out}{err}");
+        assert!(err.contains("did not confirm"), "{args:?}: {err}");
+    }
+
+    // An answer for another action or another key is not a confirmation either.
+    let addr = serve(axum::Router::new().route(
+        "/admin/breakers/{key}/{action}",
+        post(|| async {
+            axum::Json(json!({
+                "key": "search", "action": "reset", "created": false,
+                "breakers": [{"registry": "default", "key": "search", "state": "closed"}]
+            }))
+        }),
+    ))
+    .await;
+    let url = format!("http://{addr}");
+    let (code, _, err) = cli(&[
+        "breakers", "open", "weather", "--url", &url, "--token", TOKEN,
+    ])
+    .await;
+    assert_eq!(code, EXIT_FAILED);
+    assert!(err.contains("did not confirm"), "{err}");
 }

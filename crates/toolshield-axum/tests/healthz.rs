@@ -5,8 +5,13 @@ mod support;
 
 use std::time::Duration;
 
+use std::borrow::Cow;
 use toolshield_axum::{ComponentStatus, Importance, ShieldRouter};
-use toolshield_breaker::BreakerRegistry;
+
+use serde_json::json;
+use toolshield_breaker::{key_fn, BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState};
+use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use tower::{service_fn, Layer, ServiceExt};
 
 use support::{request, serve};
 
@@ -106,10 +111,8 @@ async fn non_core_failures_and_open_breakers_do_not_fail_the_status() {
     let body = a.json();
     assert_eq!(body["status"], "ok");
     assert_eq!(body["components"]["breakers"]["status"], "degraded");
-    assert_eq!(
-        body["components"]["breakers"]["open"],
-        serde_json::json!(["weather"])
-    );
+    assert_eq!(body["components"]["breakers"]["open"], 0);
+    assert_eq!(body["components"]["breakers"]["forced_open"], 1);
     assert_eq!(body["components"]["tool_probe"]["status"], "error");
     let _ = ComponentStatus::Ok;
 }
@@ -128,4 +131,79 @@ async fn panicking_check_is_reported_not_fatal_to_the_server() {
     let a = request("GET", format!("http://{addr}/healthz"), None).await;
     assert_eq!(a.status, 503);
     assert_eq!(a.json()["components"]["db"]["error"], "check panicked");
+}
+
+/// A failing call made by `caller`, through a breaker keyed per caller.
+async fn failing_call(registry: &BreakerRegistry, caller: &str) {
+    let svc = BreakerLayer::new(registry.clone())
+        .key_fn(key_fn(|req: &ToolRequest| {
+            Cow::Borrowed(req.meta().caller_id.as_deref().unwrap_or("anonymous"))
+        }))
+        .layer(service_fn(|_req: ToolRequest| async {
+            Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
+        }));
+    let err = svc
+        .oneshot(ToolRequest::new("weather", json!({})).caller(caller))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_counts_open_breakers_without_naming_their_keys() {
+    let registry = BreakerRegistry::new(BreakerConfig {
+        consecutive_failures: 1,
+        ..BreakerConfig::default()
+    })
+    .unwrap();
+    // Keys are caller ids: e-mail addresses.
+    failing_call(&registry, "alice@example.com").await;
+    assert_eq!(registry.state("alice@example.com"), CircuitState::Open);
+    registry.force_open("bob@example.com");
+    registry.reset("carol@example.com");
+    let router = ShieldRouter::new()
+        .breakers(registry.clone())
+        .admin_token("t0ken")
+        .build();
+    let addr = serve(router).await;
+
+    let a = request("GET", format!("http://{addr}/healthz"), None).await;
+    assert_eq!(a.status, 200);
+    for key in ["alice", "bob", "carol", "example.com"] {
+        assert!(!a.body.contains(key), "`{key}` leaked in {}", a.body);
+    }
+    let breakers = &a.json()["components"]["breakers"];
+    assert_eq!(breakers["status"], "degraded");
+    assert_eq!(breakers["open"], 1, "{breakers}");
+    assert_eq!(breakers["forced_open"], 1, "{breakers}");
+
+    // The keys are on the admin API, behind its token.
+    let a = request("GET", format!("http://{addr}/admin/breakers"), None).await;
+    assert_eq!(a.status, 401);
+    let a = request(
+        "GET",
+        format!("http://{addr}/admin/breakers"),
+        Some("t0ken"),
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    let listed: Vec<(String, String)> = a.json()["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["key"].as_str().unwrap().to_owned(),
+                b["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("alice@example.com".to_owned(), "open".to_owned()),
+            ("bob@example.com".to_owned(), "forced_open".to_owned()),
+            ("carol@example.com".to_owned(), "closed".to_owned()),
+        ]
+    );
 }

@@ -2,23 +2,27 @@
 //! API of `toolshield-axum`.
 //!
 //! ```text
-//! toolshield [--url URL] [--token TOKEN] [--json] breakers status [KEY]
-//! toolshield [--url URL] [--token TOKEN] [--json] breakers open|close|metrics-only|reset KEY|all
+//! toolshield [--url URL] [--token TOKEN] [--json] breakers status [KEY] [--registry NAME]
+//! toolshield [--url URL] [--token TOKEN] [--json] breakers open|close|metrics-only|reset KEY|all [--create] [--registry NAME]
 //! ```
 //!
 //! `--url` defaults to `$TOOLSHIELD_URL`, else `http://127.0.0.1:8080`; `--token` to
 //! `$TOOLSHIELD_ADMIN_TOKEN`. The output is a table, or the server's JSON with `--json`.
-//! Exit codes: 0 success, 1 the server refused or failed (401, 404, 5xx), 2 usage error,
-//! 3 the server could not be reached.
+//! A key the server does not hold is an error (404) unless `--create` is given. An answer
+//! is a success only if it confirms the request (the key, the action, the breakers in
+//! their new state): a `200 {}` from something else on that port is a failure.
+//! Exit codes: 0 success, 1 the server refused, failed or did not confirm (401, 404, 5xx),
+//! 2 usage error, 3 the server could not be reached.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 
-/// Exit code: the server answered with an error.
+/// Exit code: the server answered with an error, or an answer that does not confirm the
+/// request.
 pub const EXIT_FAILED: i32 = 1;
 /// Exit code: the command line was wrong.
 pub const EXIT_USAGE: i32 = 2;
@@ -71,27 +75,47 @@ enum Breakers {
     Status {
         /// A breaker key (the tool name by default).
         key: Option<String>,
+        /// Only the breaker registry of this name (`default`, or a tool with breaker
+        /// settings of its own).
+        #[arg(long)]
+        registry: Option<String>,
     },
     /// Forces a breaker open (`all` for every breaker): calls fail fast with CIRCUIT_OPEN.
-    Open {
-        /// A breaker key, or `all`.
-        key: String,
-    },
+    Open(Target),
     /// Forces a breaker closed (disabled): calls pass, it never trips.
-    Close {
-        /// A breaker key, or `all`.
-        key: String,
-    },
+    Close(Target),
     /// Shadow mode: the breaker records and reports, never rejects.
-    MetricsOnly {
-        /// A breaker key, or `all`.
-        key: String,
-    },
+    MetricsOnly(Target),
     /// Back to a fresh closed breaker, override lifted.
-    Reset {
-        /// A breaker key, or `all`.
-        key: String,
-    },
+    Reset(Target),
+}
+
+/// The breakers an action applies to.
+#[derive(Debug, Args)]
+struct Target {
+    /// A breaker key, or `all` for every breaker of every registry.
+    key: String,
+    /// Create the breaker if the server holds none with this key (to pre-open a key not
+    /// seen yet); without it an unknown key is an error.
+    #[arg(long)]
+    create: bool,
+    /// Only the breaker registry of this name; with `--create`, the registry the breaker
+    /// is created in.
+    #[arg(long)]
+    registry: Option<String>,
+}
+
+impl Breakers {
+    /// The subcommand: `status`, or the action's path segment.
+    const fn verb(&self) -> &'static str {
+        match self {
+            Breakers::Status { .. } => "status",
+            Breakers::Open(_) => "open",
+            Breakers::Close(_) => "close",
+            Breakers::MetricsOnly(_) => "metrics-only",
+            Breakers::Reset(_) => "reset",
+        }
+    }
 }
 
 /// Runs the command line with `args` (the program name first), writing to stdout and
@@ -163,24 +187,35 @@ fn execute(cli: &Cli) -> Result<Value, Failure> {
             "no admin token: pass --token or set TOOLSHIELD_ADMIN_TOKEN".to_owned(),
         ));
     };
-    let (method_post, path) = match &cli.command {
-        Command::Breakers(Breakers::Status { key: None }) => (false, "/admin/breakers".to_owned()),
-        Command::Breakers(Breakers::Status { key: Some(k) }) => {
-            (false, format!("/admin/breakers/{}", encode(k)))
-        }
-        Command::Breakers(Breakers::Open { key }) => {
-            (true, format!("/admin/breakers/{}/open", encode(key)))
-        }
-        Command::Breakers(Breakers::Close { key }) => {
-            (true, format!("/admin/breakers/{}/close", encode(key)))
-        }
-        Command::Breakers(Breakers::MetricsOnly { key }) => (
-            true,
-            format!("/admin/breakers/{}/metrics-only", encode(key)),
+    let Command::Breakers(command) = &cli.command;
+    let (method_post, path, create, registry) = match command {
+        Breakers::Status { key, registry } => (
+            false,
+            match key {
+                None => "/admin/breakers".to_owned(),
+                Some(k) => format!("/admin/breakers/{}", encode(k)),
+            },
+            false,
+            registry.as_deref(),
         ),
-        Command::Breakers(Breakers::Reset { key }) => {
-            (true, format!("/admin/breakers/{}/reset", encode(key)))
-        }
+        Breakers::Open(t) | Breakers::Close(t) | Breakers::MetricsOnly(t) | Breakers::Reset(t) => (
+            true,
+            format!("/admin/breakers/{}/{}", encode(&t.key), command.verb()),
+            t.create,
+            t.registry.as_deref(),
+        ),
+    };
+    let mut query = Vec::new();
+    if create {
+        query.push("create=true".to_owned());
+    }
+    if let Some(r) = registry {
+        query.push(format!("registry={}", encode(r)));
+    }
+    let path = if query.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", query.join("&"))
     };
     let url = format!("{base}{path}");
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -227,9 +262,87 @@ fn execute(cli: &Cli) -> Result<Value, Failure> {
                     )
                 }
             });
-        return Err((EXIT_FAILED, format!("{url} answered {status}: {detail}")));
+        // The server's hint names its query parameter; name the flag.
+        let hint = if status == 404 && !create && detail.contains("create=true") {
+            " (to create a breaker for a key not seen yet, pass --create)"
+        } else {
+            ""
+        };
+        return Err((
+            EXIT_FAILED,
+            format!("{url} answered {status}: {detail}{hint}"),
+        ));
     }
-    body.ok_or_else(|| (EXIT_FAILED, format!("{url} answered {status} without JSON")))
+    let body =
+        body.ok_or_else(|| (EXIT_FAILED, format!("{url} answered {status} without JSON")))?;
+    confirms(command, &body).map_err(|why| {
+        (
+            EXIT_FAILED,
+            format!("{url} answered {status} but did not confirm the request: {why}"),
+        )
+    })?;
+    Ok(body)
+}
+
+/// Whether `body` is the answer the admin API gives to `command` once it is done: the
+/// key and action echoed, and for one key, its breakers listed in the state the action
+/// puts them in.
+fn confirms(command: &Breakers, body: &Value) -> Result<(), String> {
+    let list = body
+        .get("breakers")
+        .and_then(Value::as_array)
+        .ok_or("no `breakers` list")?;
+    let all_have_key = |key: &str| {
+        list.iter()
+            .all(|b| b.get("key").and_then(Value::as_str) == Some(key))
+    };
+    let echoed = |field: &str, want: &str| -> Result<(), String> {
+        match body.get(field).and_then(Value::as_str) {
+            Some(got) if got == want => Ok(()),
+            Some(got) => Err(format!("`{field}` is `{got}`, expected `{want}`")),
+            None => Err(format!("no `{field}`")),
+        }
+    };
+    match command {
+        Breakers::Status { key: None, .. } => Ok(()),
+        Breakers::Status { key: Some(key), .. } => {
+            echoed("key", key)?;
+            if list.is_empty() || !all_have_key(key) {
+                return Err(format!("no breaker `{key}` listed"));
+            }
+            Ok(())
+        }
+        Breakers::Open(target)
+        | Breakers::Close(target)
+        | Breakers::MetricsOnly(target)
+        | Breakers::Reset(target) => {
+            let action = command.verb();
+            echoed("action", action)?;
+            echoed("key", &target.key)?;
+            if target.key == "all" {
+                // Every breaker held: possibly none, and a breaker created by a call since
+                // may already show its own state.
+                return Ok(());
+            }
+            if list.is_empty() || !all_have_key(&target.key) {
+                return Err(format!("no breaker `{}` listed", target.key));
+            }
+            let expected: &[&str] = match action {
+                "open" => &["forced_open"],
+                "close" => &["disabled"],
+                "metrics-only" => &["metrics_only"],
+                // No override left: a fresh closed breaker (a call may have moved it on).
+                _ => &["closed", "open", "half_open"],
+            };
+            for b in list {
+                let state = b.get("state").and_then(Value::as_str).unwrap_or("-");
+                if !expected.contains(&state) {
+                    return Err(format!("breaker `{}` is `{state}`", target.key));
+                }
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Percent-encodes a breaker key for a path segment.
@@ -257,13 +370,12 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
-/// The breakers of a response: `{"breakers":[...]}` or a single status.
+/// The breakers of a response: `{"breakers":[...]}`.
 fn breakers(body: &Value) -> Vec<&Value> {
-    match body.get("breakers").and_then(Value::as_array) {
-        Some(list) => list.iter().collect(),
-        None if body.get("key").is_some() && body.get("state").is_some() => vec![body],
-        None => Vec::new(),
-    }
+    body.get("breakers")
+        .and_then(Value::as_array)
+        .map(|list| list.iter().collect())
+        .unwrap_or_default()
 }
 
 fn write_table(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
@@ -271,14 +383,20 @@ fn write_table(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
         body.get("action").and_then(Value::as_str),
         body.get("key").and_then(Value::as_str),
     ) {
-        writeln!(out, "{action}: {key}")?;
+        let created = if body.get("created").and_then(Value::as_bool) == Some(true) {
+            " (created)"
+        } else {
+            ""
+        };
+        writeln!(out, "{action}: {key}{created}")?;
     }
     let rows = breakers(body);
     if rows.is_empty() {
         return writeln!(out, "no breakers");
     }
-    const HEAD: [&str; 7] = [
+    const HEAD: [&str; 8] = [
         "KEY",
+        "REGISTRY",
         "STATE",
         "FAILURE_RATE%",
         "CALLS",
@@ -286,8 +404,9 @@ fn write_table(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
         "REJECTED",
         "HALF_OPEN_IN",
     ];
-    const FIELDS: [&str; 7] = [
+    const FIELDS: [&str; 8] = [
         "key",
+        "registry",
         "state",
         "failure_rate",
         "calls_in_window",
