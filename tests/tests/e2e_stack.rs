@@ -608,3 +608,43 @@ async fn fallback_tier_answers_when_the_breaker_is_open_and_the_hand_over_is_a_m
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn breaker_keys_chosen_by_a_model_never_reach_the_metrics_key_label() {
+    let exporter = toolshield::metrics::local_prometheus();
+    let s = shield(
+        r#"
+[tools.github]
+kind = "read_only"
+breaker = { consecutive_failures = 1 }
+retry = { max_attempts = 1 }
+"#,
+    )
+    .with_metrics(&exporter)
+    .unwrap();
+    let calls = counter();
+    let github = scripted(&calls, |_, _req| async move {
+        Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
+    });
+    let router = s
+        .router()
+        .server("github", github)
+        .build()
+        .expect("valid tool names");
+    for i in 0..20 {
+        let name = format!("github__alice.{i}@example.com");
+        let _ = router
+            .clone()
+            .oneshot(ToolRequest::new(name, json!({})))
+            .await;
+    }
+    let text = exporter.render();
+    assert!(
+        !text.contains("example.com"),
+        "a model-chosen key leaked:\n{text}"
+    );
+    assert!(
+        text.contains("circuit_breaker_state{key=\"other\""),
+        "{text}"
+    );
+}

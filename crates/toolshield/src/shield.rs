@@ -206,8 +206,14 @@ impl Shield {
             MetricsConfig::with_tools(self.config.tools.keys().map(String::as_str)),
             exporter.target(),
         )?;
+        // The `key` label names the configured tools only, as the `tool` label does: a
+        // key function (caller, host) or `server__*` names chosen by a model cannot grow
+        // the series or put caller ids on an unauthenticated `/metrics`.
+        let known: Vec<String> = self.config.tools.keys().cloned().collect();
         for registry in self.breakers.values() {
-            exporter.add_collector(BreakerMetrics::new(registry.clone(), exporter.target()));
+            exporter.add_collector(
+                BreakerMetrics::new(registry.clone(), exporter.target()).known_keys(known.clone()),
+            );
         }
         self.exporter = Some(exporter.clone());
         Ok(self)
