@@ -571,21 +571,25 @@ fn exactly_once_holds_on_redis_under_pauses_restarts_and_faults() {
             let checker = tokio::spawn(run(run_cfg, stores, plan));
             (checker, fastrand::Rng::with_seed(seed ^ 0xC4A05))
         });
-        // Chaos from this thread while the run goes on: pauses and one kill + restart.
-        let mut chaos = chaos_rng;
-        let started = std::time::Instant::now();
-        let mut restarted = false;
-        while started.elapsed() < Duration::from_secs(4) {
-            std::thread::sleep(Duration::from_millis(chaos.u64(200..600)));
-            if !restarted && started.elapsed() > Duration::from_secs(2) {
-                redis.restart().expect("redis restarts");
-                restarted = true;
-            } else {
-                redis.pause();
-                std::thread::sleep(Duration::from_millis(chaos.u64(100..700)));
-                redis.resume();
+        // Chaos while the run goes on: pauses, and one kill + restart (the server keeps
+        // every acknowledged write: appendfsync always).
+        let server = &mut redis;
+        rt.block_on(async move {
+            let mut chaos = chaos_rng;
+            let started = tokio::time::Instant::now();
+            let mut restarted = false;
+            while started.elapsed() < Duration::from_secs(4) {
+                sleep(Duration::from_millis(chaos.u64(200..600))).await;
+                if !restarted && started.elapsed() > Duration::from_secs(2) {
+                    tokio::task::block_in_place(|| server.restart()).expect("redis restarts");
+                    restarted = true;
+                } else {
+                    server.pause();
+                    sleep(Duration::from_millis(chaos.u64(100..700))).await;
+                    server.resume();
+                }
             }
-        }
+        });
         let totals = rt.block_on(checker).expect("the checker task");
         if !totals.violations.is_empty() {
             eprintln!("redis seed {seed}: {:#?}", totals.violations);
