@@ -65,6 +65,10 @@ pub fn derive_key(req: &ToolRequest, window: Duration) -> Result<String, ToolErr
     Ok(hex::encode(h.finalize()))
 }
 
+/// The longest idempotency key accepted (as Stripe's): a longer one is `INVALID_INPUT`,
+/// so a caller cannot make records (and Redis keys) of any size.
+pub const MAX_KEY_LEN: usize = 255;
+
 /// How a request's key was resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ResolvedKey {
@@ -104,6 +108,10 @@ pub(crate) fn resolve(
     };
     // A blank key is no key: it would make every keyless call of a tool one record.
     match req.get_idempotency_key().filter(|k| !k.trim().is_empty()) {
+        Some(given) if given.len() > MAX_KEY_LEN => Err(ToolError::invalid_input(format!(
+            "an idempotency key is at most {MAX_KEY_LEN} bytes (got {})",
+            given.len()
+        ))),
         Some(given) => Ok(Some(ResolvedKey {
             key: given.to_owned(),
             scope: scope(),

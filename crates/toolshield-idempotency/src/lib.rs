@@ -66,7 +66,7 @@ pub mod testing;
 pub use config::{IdempotencyConfig, OnPending, OnStoreError};
 pub use future::ResponseFuture;
 pub use handle::{IdempotencyCounts, IdempotencyHandle};
-pub use key::{derive_key, storage_key};
+pub use key::{derive_key, storage_key, MAX_KEY_LEN};
 pub use layer::IdempotencyLayer;
 pub use memory::{InMemoryIdempotencyStore, MemoryStoreConfig};
 pub use service::Idempotency;

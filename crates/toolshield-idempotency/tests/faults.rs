@@ -463,3 +463,24 @@ async fn an_abandoned_mutation_is_recorded_outcome_unknown_once_the_store_is_bac
     assert_eq!(b.expect_err("not run").kind(), ErrorKind::OutcomeUnknown);
     assert_eq!(runs.started.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_oversized_key_is_invalid_input_and_nothing_runs() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _, _) = faulty(IdempotencyConfig::default());
+    let svc = tool(&runs, Duration::ZERO, ok_n);
+    let req = ToolRequest::new("pay", json!({"amount": 1}))
+        .kind(CallKind::Mutating)
+        .idempotency_key("k".repeat(toolshield_idempotency::MAX_KEY_LEN + 1));
+    let r = layer.layer(svc.clone()).oneshot(req).await;
+    assert_eq!(r.expect_err("rejected").kind(), ErrorKind::InvalidInput);
+    assert_eq!(runs.started.load(Ordering::SeqCst), 0);
+    let ok = ToolRequest::new("pay", json!({"amount": 1}))
+        .kind(CallKind::Mutating)
+        .idempotency_key("k".repeat(toolshield_idempotency::MAX_KEY_LEN));
+    layer
+        .layer(svc)
+        .oneshot(ok)
+        .await
+        .expect("a key of the limit is fine");
+}
