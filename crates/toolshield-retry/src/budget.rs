@@ -94,6 +94,16 @@ impl RetryBudget {
         }
     }
 
+    /// Gives back a token withdrawn for a retry that never started (the call was dropped
+    /// or cancelled while backing off). Never above the capacity.
+    pub(crate) fn refund(&self) {
+        let _ = self
+            .balance
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.min(self.capacity).saturating_add(UNIT).min(self.capacity))
+            });
+    }
+
     /// Whole retries the budget would allow right now (for dashboards and tests).
     pub fn available(&self) -> u64 {
         self.credit_floor();

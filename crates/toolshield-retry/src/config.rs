@@ -33,6 +33,16 @@ pub struct RetryConfig {
     /// The wait after a `RATE_LIMITED` error that carries no `retry_after`. Default 30 s.
     #[serde(with = "toolshield_core::config::duration")]
     pub rate_limit_backoff: Duration,
+    /// The longest `retry_after` a failure may ask for and still be retried. A longer one
+    /// (a `Retry-After: 86400`) ends the call at once with that error, its `retry_after`
+    /// kept for the caller and the model. Default 60 s.
+    #[serde(with = "toolshield_core::config::duration")]
+    pub max_retry_after: Duration,
+    /// The least time that must be left before the call's deadline when a retry would
+    /// start; with less, the retry is not started and the last error is returned.
+    /// Without a deadline it has no effect. Default 100 ms.
+    #[serde(with = "toolshield_core::config::duration")]
+    pub min_attempt_time: Duration,
     /// The retry budget shared by every clone of the layer.
     pub budget: BudgetConfig,
 }
@@ -43,6 +53,8 @@ impl Default for RetryConfig {
             max_attempts: 3,
             backoff: BackoffStrategy::default(),
             rate_limit_backoff: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(60),
+            min_attempt_time: Duration::from_millis(100),
             budget: BudgetConfig::default(),
         }
     }
@@ -59,6 +71,8 @@ impl RetryConfig {
         );
         self.backoff.check("backoff", &mut problems);
         problems.check_duration(self.rate_limit_backoff, "rate_limit_backoff");
+        problems.check_duration(self.max_retry_after, "max_retry_after");
+        problems.check_duration(self.min_attempt_time, "min_attempt_time");
         problems.extend("budget", self.budget.validate());
         problems.into_result()
     }

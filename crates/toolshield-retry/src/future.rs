@@ -15,6 +15,7 @@ use toolshield_core::{
 use tower_service::Service;
 
 use crate::layer::Shared;
+use crate::RetryBudget;
 
 pin_project! {
     /// The future of [`Retry`](crate::Retry): calling, backing off, waiting for the
@@ -39,6 +40,30 @@ pin_project! {
         // Cancels the attempt token this future created if it is dropped mid-attempt;
         // disarmed when the attempt completes.
         guard: Option<AttemptGuard>,
+        // The budget token withdrawn for the retry being waited for; given back if the
+        // retry never starts (the future is dropped or cancelled while backing off).
+        token: Option<BudgetToken>,
+    }
+}
+
+/// A retry-budget token held between the decision to retry and the retry's start.
+/// Dropped unspent, it goes back to the budget.
+struct BudgetToken {
+    budget: Option<Arc<RetryBudget>>,
+}
+
+impl BudgetToken {
+    /// The retry started: the token stays spent.
+    fn spend(mut self) {
+        self.budget = None;
+    }
+}
+
+impl Drop for BudgetToken {
+    fn drop(&mut self) {
+        if let Some(budget) = self.budget.take() {
+            budget.refund();
+        }
     }
 }
 
@@ -78,6 +103,7 @@ where
             previous_wait: Duration::ZERO,
             reason: None,
             guard: None,
+            token: None,
         }
     }
 }
@@ -174,6 +200,20 @@ where
         return Next::Cancelled;
     }
     let wait = match (failure.retry_after, failure.kind) {
+        // A peer asking for a longer wait than we park a call for: the caller (and the
+        // model, through `for_model`) gets the error with its `retry_after` at once.
+        (Some(wait), _) if wait.min(MAX_DURATION) > shared.max_retry_after => {
+            shared.stats.record_retry_after_refusal();
+            tracing::debug!(
+                target: "toolshield::retry",
+                tool = request.tool(),
+                attempt,
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                code = failure.kind.code(),
+                "retry not started: retry_after is longer than max_retry_after"
+            );
+            return Next::Done;
+        }
         (Some(wait), _) => wait,
         (None, ErrorKind::RateLimited) => shared.rate_limit_backoff,
         (None, _) => shared
@@ -184,10 +224,13 @@ where
     // any configured duration may be.
     let wait = wait.min(MAX_DURATION);
     if let Some(deadline) = request.deadline_at() {
-        let past = Instant::now()
+        // The retry must start with time left: at least `min_attempt_time`, and never
+        // none at all (a wait ending exactly at the deadline).
+        let left = Instant::now()
             .checked_add(wait)
-            .is_none_or(|resume| resume > deadline);
-        if past {
+            .map(|resume| deadline.saturating_duration_since(resume));
+        let enough = left.is_some_and(|left| !left.is_zero() && left >= shared.min_attempt_time);
+        if !enough {
             shared.stats.record_deadline_refusal();
             tracing::debug!(
                 target: "toolshield::retry",
@@ -195,7 +238,7 @@ where
                 attempt,
                 wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                 code = failure.kind.code(),
-                "retry not started: its wait would end past the deadline"
+                "retry not started: too little time would be left before the deadline"
             );
             return Next::Done;
         }
@@ -256,6 +299,9 @@ where
                         Next::Done => return Poll::Ready(finish(result, attempt)),
                         Next::Cancelled => return Poll::Ready(Err(cancelled_error(attempt))),
                         Next::Retry(wait, kind) => {
+                            *this.token = this.shared.budget.clone().map(|budget| BudgetToken {
+                                budget: Some(budget),
+                            });
                             *this.previous_wait = wait;
                             *this.reason = Some(kind);
                             if this.cancelled.is_none() {
@@ -318,6 +364,9 @@ where
                     }
                     *this.guard = request.call_tokens().map(|t| t.guard_attempt());
                     let future = this.service.call(request);
+                    if let Some(token) = this.token.take() {
+                        token.spend();
+                    }
                     this.state.set(State::Calling { future });
                 }
             }

@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use toolshield_core::config::MAX_DURATION;
 use toolshield_core::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
@@ -13,6 +14,8 @@ pub(crate) struct Shared<P> {
     pub(crate) backoff: Arc<dyn Backoff>,
     pub(crate) max_attempts: u32,
     pub(crate) rate_limit_backoff: Duration,
+    pub(crate) max_retry_after: Duration,
+    pub(crate) min_attempt_time: Duration,
     pub(crate) budget: Option<Arc<RetryBudget>>,
     pub(crate) stats: RetryStats,
 }
@@ -34,6 +37,8 @@ pub struct RetryLayer<P = DefaultClassifier> {
     backoff: Arc<dyn Backoff>,
     max_attempts: u32,
     rate_limit_backoff: Duration,
+    max_retry_after: Duration,
+    min_attempt_time: Duration,
     budget: Option<Arc<RetryBudget>>,
     stats: RetryStats,
 }
@@ -55,6 +60,8 @@ impl RetryLayer {
             backoff: Arc::new(config.backoff),
             max_attempts: config.max_attempts,
             rate_limit_backoff: config.rate_limit_backoff,
+            max_retry_after: config.max_retry_after,
+            min_attempt_time: config.min_attempt_time,
             budget,
             stats: RetryStats::new(),
         })
@@ -63,8 +70,9 @@ impl RetryLayer {
 
 impl Default for RetryLayer {
     /// The defaults of DESIGN §4: 3 attempts, exponential backoff from 500 ms capped at
-    /// 5 s with full jitter, 30 s after a 429 without `retry_after`, a budget of 20 %
-    /// with a floor of 10 retries per second.
+    /// 5 s with full jitter, 30 s after a 429 without `retry_after`, a `retry_after` of
+    /// at most 60 s honoured, 100 ms left before the deadline to start a retry, a budget
+    /// of 20 % with a floor of 10 retries per second.
     fn default() -> Self {
         let config = RetryConfig::default();
         RetryLayer {
@@ -72,6 +80,8 @@ impl Default for RetryLayer {
             backoff: Arc::new(config.backoff),
             max_attempts: config.max_attempts,
             rate_limit_backoff: config.rate_limit_backoff,
+            max_retry_after: config.max_retry_after,
+            min_attempt_time: config.min_attempt_time,
             budget: Some(Arc::new(RetryBudget::new(
                 config.budget.ratio,
                 config.budget.min_per_sec,
@@ -92,6 +102,8 @@ impl<P> RetryLayer<P> {
             backoff: self.backoff,
             max_attempts: self.max_attempts,
             rate_limit_backoff: self.rate_limit_backoff,
+            max_retry_after: self.max_retry_after,
+            min_attempt_time: self.min_attempt_time,
             budget: self.budget,
             stats: self.stats,
         }
@@ -104,6 +116,25 @@ impl<P> RetryLayer<P> {
     /// would end past the call's deadline is not started.
     pub fn with_backoff(mut self, backoff: impl Backoff + 'static) -> Self {
         self.backoff = Arc::new(backoff);
+        self
+    }
+
+    /// The longest `retry_after` a failure may ask for and still be retried (default
+    /// 60 s). A failure asking for longer ends the call at once with its error, which
+    /// keeps its `retry_after`. Clamped to
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION).
+    #[must_use]
+    pub fn with_max_retry_after(mut self, max: Duration) -> Self {
+        self.max_retry_after = max.min(MAX_DURATION);
+        self
+    }
+
+    /// The least time that must be left before the deadline for a retry to start
+    /// (default 100 ms); with less, the last error is returned. Clamped to
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION).
+    #[must_use]
+    pub fn with_min_attempt_time(mut self, min: Duration) -> Self {
+        self.min_attempt_time = min.min(MAX_DURATION);
         self
     }
 
@@ -142,6 +173,8 @@ impl<P: Clone> Clone for RetryLayer<P> {
             backoff: Arc::clone(&self.backoff),
             max_attempts: self.max_attempts,
             rate_limit_backoff: self.rate_limit_backoff,
+            max_retry_after: self.max_retry_after,
+            min_attempt_time: self.min_attempt_time,
             budget: self.budget.clone(),
             stats: self.stats.clone(),
         }
@@ -153,6 +186,8 @@ impl<P> fmt::Debug for RetryLayer<P> {
         f.debug_struct("RetryLayer")
             .field("max_attempts", &self.max_attempts)
             .field("rate_limit_backoff", &self.rate_limit_backoff)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("min_attempt_time", &self.min_attempt_time)
             .field("budget", &self.budget)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
@@ -171,6 +206,8 @@ impl<S, P: Clone> Layer<S> for RetryLayer<P> {
                 // Never zero at run time, whatever was built by hand.
                 max_attempts: self.max_attempts.max(1),
                 rate_limit_backoff: self.rate_limit_backoff,
+                max_retry_after: self.max_retry_after,
+                min_attempt_time: self.min_attempt_time,
                 budget: self.budget.clone(),
                 stats: self.stats.clone(),
             }),

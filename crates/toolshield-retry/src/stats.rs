@@ -1,5 +1,6 @@
 //! Counters the metrics layer reads: retries (per error code), budget refusals, retries
-//! not started because of the deadline, exhausted attempts, cancellations in backoff.
+//! not started because of the deadline or of a too long `retry_after`, exhausted
+//! attempts, cancellations in backoff.
 //!
 //! Only failure paths touch them: a call whose first attempt succeeds counts nothing.
 
@@ -19,6 +20,7 @@ struct Counters {
     deadline_refusals: AtomicU64,
     exhausted: AtomicU64,
     cancelled: AtomicU64,
+    retry_after_refusals: AtomicU64,
 }
 
 /// A handle on a retry layer's counters, shared by every service the layer built and by
@@ -59,6 +61,12 @@ impl RetryStats {
         self.counters.deadline_refusals.load(Ordering::Relaxed)
     }
 
+    /// Retries not started because the failure asked for a `retry_after` longer than
+    /// `max_retry_after`.
+    pub fn retry_after_refusals(&self) -> u64 {
+        self.counters.retry_after_refusals.load(Ordering::Relaxed)
+    }
+
     /// Calls that failed with a retriable error on their last allowed attempt.
     pub fn exhausted(&self) -> u64 {
         self.counters.exhausted.load(Ordering::Relaxed)
@@ -74,6 +82,12 @@ impl RetryStats {
         if let Some(i) = kind_index(kind) {
             self.counters.by_kind[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    pub(crate) fn record_retry_after_refusal(&self) {
+        self.counters
+            .retry_after_refusals
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn record_budget_refusal(&self) {
@@ -103,6 +117,7 @@ impl fmt::Debug for RetryStats {
             .field("retries", &self.retries())
             .field("budget_refusals", &self.budget_refusals())
             .field("deadline_refusals", &self.deadline_refusals())
+            .field("retry_after_refusals", &self.retry_after_refusals())
             .field("exhausted", &self.exhausted())
             .field("cancelled", &self.cancelled())
             .finish()

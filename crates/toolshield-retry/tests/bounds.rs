@@ -131,12 +131,28 @@ fn rate_limited_for(wait: Duration) -> Result<toolshield_core::ToolResponse, Too
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_huge_retry_after_waits_at_most_the_longest_duration_and_never_past_the_deadline() {
+async fn a_huge_retry_after_is_never_waited_and_at_most_the_longest_duration_when_allowed() {
     for wait in [Duration::from_secs(99_999_999_999_999), Duration::MAX] {
-        // No deadline: the retry comes after MAX_DURATION, not after the peer's wait.
+        // By default: past `max_retry_after`, the call ends at once with the peer's wait.
+        let tool = Script::new([rate_limited_for(wait), ok()]);
+        let start = Instant::now();
+        let e = RetryLayer::default()
+            .without_budget()
+            .layer(tool.service())
+            .oneshot(read_request())
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::RateLimited);
+        assert_eq!(e.retry_after(), Some(wait));
+        assert_eq!(tool.calls(), 1);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+
+        // `max_retry_after` raised to the limit, no deadline: the retry comes after
+        // MAX_DURATION, not after the peer's wait.
         let tool = Script::new([rate_limited_for(wait), ok()]);
         let res = RetryLayer::default()
             .without_budget()
+            .with_max_retry_after(Duration::MAX)
             .layer(tool.service())
             .oneshot(read_request())
             .await;
@@ -145,7 +161,9 @@ async fn a_huge_retry_after_waits_at_most_the_longest_duration_and_never_past_th
 
         // A deadline in 10 s: no retry is started, the call ends at once.
         let tool = Script::new([rate_limited_for(wait), ok()]);
-        let layer = RetryLayer::default().without_budget();
+        let layer = RetryLayer::default()
+            .without_budget()
+            .with_max_retry_after(Duration::MAX);
         let stats = layer.stats();
         let start = Instant::now();
         let req = read_request().deadline(start + Duration::from_secs(10));

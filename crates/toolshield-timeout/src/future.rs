@@ -12,6 +12,8 @@ use toolshield_core::{AttemptGuard, ShieldResponse, SlowCall, ToolError};
 pub(crate) enum Expiry {
     Attempt(Duration),
     Total(Duration),
+    /// The deadline the request carried, earlier than the attempt timeout.
+    Request,
 }
 
 pin_project! {
@@ -144,6 +146,7 @@ where
         let error = match *this.expiry {
             Expiry::Attempt(d) => ToolError::timeout(format!("attempt timed out after {d:?}")),
             Expiry::Total(d) => ToolError::timeout(format!("call exceeded its deadline of {d:?}")),
+            Expiry::Request => ToolError::timeout("call reached its deadline"),
         };
         Poll::Ready(Err(error.with_elapsed(this.start.elapsed())))
     }

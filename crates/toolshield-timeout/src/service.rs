@@ -9,10 +9,13 @@ use tower_service::Service;
 use crate::future::{Expiry, ResponseFuture};
 use crate::TimeoutLayer;
 
-/// A per-attempt timeout.
+/// A per-attempt timeout that also enforces the request's deadline.
 ///
-/// Each call of the inner service gets `attempt` to finish; when a retry layer sits
-/// outside, every attempt gets a fresh budget. On expiry the inner future is dropped at
+/// Each call of the inner service gets `attempt` to finish, or less when the request's
+/// deadline ([`ShieldRequest::deadline_at`], set by the caller or by [`Deadline`]) comes
+/// first: the attempt is cut at `min(now + attempt, deadline)`, and a request whose
+/// deadline has passed fails with `TIMEOUT` without reaching the inner service. When a
+/// retry layer sits outside, every attempt gets a fresh budget. On expiry the inner future is dropped at
 /// once (the work is aborted), the request's attempt token is cancelled (so a tool that
 /// spawned work elsewhere sees it), and the call fails with `TIMEOUT`. A success slower
 /// than the soft threshold is marked with a [`SlowCall`](toolshield_core::SlowCall) and
@@ -67,12 +70,23 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let start = Instant::now();
+        let attempt_end = deadline_after(start, self.attempt);
+        // The request's deadline is enforced here too, so it holds in every stack with an
+        // attempt timeout, whether or not a total deadline is configured.
+        let (expires, expiry) = match req.deadline_at() {
+            Some(deadline) if deadline < attempt_end => (deadline, Expiry::Request),
+            _ => (attempt_end, Expiry::Attempt(self.attempt)),
+        };
+        if expires <= start {
+            return ResponseFuture::failed(ToolError::timeout(
+                "deadline passed before the attempt started",
+            ));
+        }
         let guard = req.call_tokens().map(|t| t.guard_attempt());
-        let expires = deadline_after(start, self.attempt);
         ResponseFuture::running(
             self.inner.call(req),
             expires,
-            Expiry::Attempt(self.attempt),
+            expiry,
             start,
             self.soft,
             guard,

@@ -1,0 +1,83 @@
+//! A deadline carried by the request is enforced by the attempt timeout, with or without
+//! a total deadline configured.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_retry::RetryLayer;
+use toolshield_timeout::TimeoutLayer;
+use tower::{service_fn, Layer, ServiceBuilder, ServiceExt};
+
+/// A tool that never answers, counting its calls.
+fn hung(
+    calls: Arc<AtomicU32>,
+) -> impl tower::Service<
+    ToolRequest,
+    Response = ToolResponse,
+    Error = ToolError,
+    Future = impl std::future::Future<Output = Result<ToolResponse, ToolError>> + Send,
+> + Clone {
+    service_fn(move |_req: ToolRequest| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        std::future::pending::<Result<ToolResponse, ToolError>>()
+    })
+}
+
+fn read(deadline: Instant) -> ToolRequest {
+    ToolRequest::new("search", json!({"q": "x"}))
+        .kind(CallKind::ReadOnly)
+        .deadline(deadline)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_deadline_ends_a_hung_call_through_retry_and_attempt_timeout() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let svc = ServiceBuilder::new()
+        .layer(RetryLayer::default())
+        .layer(TimeoutLayer::new(Duration::from_secs(30)))
+        .service(hung(calls.clone()));
+    let start = Instant::now();
+    let e = svc
+        .oneshot(read(start + Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(1),
+        "ended at the deadline"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "no retry with no time left"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_attempt_timeout_still_applies_before_a_later_request_deadline() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let svc = TimeoutLayer::new(Duration::from_secs(2)).layer(hung(calls));
+    let start = Instant::now();
+    let e = svc
+        .oneshot(read(start + Duration::from_secs(60)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_whose_deadline_passed_never_reaches_the_tool() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let svc = TimeoutLayer::new(Duration::from_secs(30)).layer(hung(calls.clone()));
+    let start = Instant::now();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let e = svc.oneshot(read(start)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
