@@ -7,7 +7,9 @@
 //! in whatever layers it needs before adding it). Provenance records which tier answered
 //! (`provenance.tier`). When every tier fails, the error lists each tier's error, and an
 //! optional escalation hook lets the application decide: retry the tiers, skip with a
-//! substitute result, or abort.
+//! substitute result, or abort. A retried round asks the tiers' predicates again and never
+//! sends a mutation back to a tier it may have run on; a hook that panics ends the call
+//! with `INTERNAL`.
 //!
 //! Each hand-over is a `tracing` event (tool, from, to, code) and is counted in
 //! [`FallbackStats`], which the metrics layer exports.
@@ -47,6 +49,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -92,8 +95,14 @@ pub enum Escalation {
     /// Return this response instead (marked with tier `escalation`).
     Skip(ToolResponse),
     /// Run the fallback tiers once more (the primary already spent its retries).
+    ///
+    /// The round starts as a hand-over from the last error: each tier's predicate is
+    /// asked again, in order. For a `Mutating` call, a tier that failed with anything but
+    /// `CIRCUIT_OPEN` (a `TIMEOUT`, an `OUTCOME_UNKNOWN`: it may have run) is never sent
+    /// the call again.
     Retry,
-    /// Run the fallback tiers once more with a changed request.
+    /// Run the fallback tiers once more with a changed request, under the same rules as
+    /// [`Retry`](Escalation::Retry) (the call counts as `Mutating` if either request is).
     Modify(ToolRequest),
 }
 
@@ -350,6 +359,7 @@ where
     fn call(&mut self, req: ToolRequest) -> Self::Future {
         // Only keep a copy of the request (a few refcounts) when there is somewhere to go.
         let keep = (!self.shared.tiers.is_empty()).then(|| req.clone());
+        let mutating = req.call_kind() == CallKind::Mutating;
         ResponseFuture {
             state: State::Primary {
                 fut: self.inner.call(req),
@@ -358,6 +368,8 @@ where
             shared: self.shared.clone(),
             errors: Vec::new(),
             escalations: 0,
+            ran: Vec::new(),
+            mutating,
         }
     }
 }
@@ -371,6 +383,11 @@ pin_project! {
         shared: Arc<Shared>,
         errors: Vec<(Arc<str>, ToolError)>,
         escalations: u32,
+        // Tiers that failed with an error after which they may have run (anything but
+        // CIRCUIT_OPEN): a mutation is never sent to them again.
+        ran: Vec<usize>,
+        // Whether any request of this call was `Mutating`.
+        mutating: bool,
     }
 }
 
@@ -421,12 +438,25 @@ where
                         this.state.set(State::Done);
                         return Poll::Ready(Ok(res));
                     }
-                    Poll::Ready(Err(e)) => (this.shared.tiers[*index].name.clone(), e, *index + 1),
+                    Poll::Ready(Err(e)) => {
+                        if e.kind() != ErrorKind::CircuitOpen {
+                            this.ran.push(*index);
+                        }
+                        (this.shared.tiers[*index].name.clone(), e, *index + 1)
+                    }
                 },
                 StateProj::Escalating { fut } => {
-                    let decision = match fut.as_mut().poll(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(d) => d,
+                    // The hook is application code: a panic in it ends this call with
+                    // INTERNAL instead of unwinding through the stack.
+                    let polled = panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)));
+                    let decision = match polled {
+                        Ok(Poll::Pending) => return Poll::Pending,
+                        Ok(Poll::Ready(d)) => d,
+                        Err(payload) => {
+                            let error = hook_panicked(&payload, this.errors);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error));
+                        }
                     };
                     *this.escalations += 1;
                     match decision {
@@ -441,15 +471,36 @@ where
                             return Poll::Ready(Ok(res));
                         }
                         Escalation::Retry => {}
-                        Escalation::Modify(req) => *this.req = Some(req),
+                        Escalation::Modify(req) => {
+                            *this.mutating |= req.call_kind() == CallKind::Mutating;
+                            *this.req = Some(req);
+                        }
                     }
-                    this.errors.clear();
-                    match start_tier(this.shared, this.req, 0, None, None) {
+                    // A new round, as a hand-over from the last error: the predicates
+                    // decide again, and a mutation never goes back to a tier it may have
+                    // run on.
+                    let Some((last_tier, last_error)) = this.errors.last() else {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(ToolError::internal(
+                            "fallback escalated without an error",
+                        )));
+                    };
+                    let skip: &[usize] = if *this.mutating { this.ran } else { &[] };
+                    match start_tier(
+                        this.shared,
+                        this.req,
+                        0,
+                        Some(last_tier),
+                        Some(last_error),
+                        skip,
+                    ) {
                         Some(next) => {
+                            this.errors.clear();
                             this.state.set(next);
                             continue;
                         }
                         None => {
+                            // No tier may take it: the last round's errors stand.
                             let error = combine(this.errors);
                             this.state.set(State::Done);
                             return Poll::Ready(Err(error));
@@ -463,7 +514,15 @@ where
                 }
             };
 
-            let next = start_tier(this.shared, this.req, from, Some(&failed_at), Some(&error));
+            let skip: &[usize] = if *this.mutating { this.ran } else { &[] };
+            let next = start_tier(
+                this.shared,
+                this.req,
+                from,
+                Some(&failed_at),
+                Some(&error),
+                skip,
+            );
             this.errors.push((failed_at, error));
             if let Some(next) = next {
                 this.state.set(next);
@@ -500,8 +559,17 @@ where
                         errors: this.errors.clone(),
                         escalations: *this.escalations,
                     };
-                    this.state.set(State::Escalating { fut: hook(failure) });
-                    continue;
+                    match panic::catch_unwind(AssertUnwindSafe(|| hook(failure))) {
+                        Ok(fut) => {
+                            this.state.set(State::Escalating { fut });
+                            continue;
+                        }
+                        Err(payload) => {
+                            let error = hook_panicked(&payload, this.errors);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                    }
                 }
             }
             let error = combine(this.errors);
@@ -511,14 +579,40 @@ where
     }
 }
 
-/// The first tier at or after `from` whose predicate accepts `error` (any tier when
-/// starting over after an escalation), already called.
+/// The `INTERNAL` error of a panicking escalation hook; the tiers' errors are its source.
+/// The panic text is logged, never put in the error (it may hold anything).
+#[cold]
+fn hook_panicked(
+    payload: &Box<dyn std::any::Any + Send>,
+    errors: &[(Arc<str>, ToolError)],
+) -> ToolError {
+    let text = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a non-string panic payload");
+    tracing::error!(
+        target: "toolshield::fallback",
+        panic = text,
+        "the fallback escalation hook panicked"
+    );
+    let error = ToolError::internal("the fallback escalation hook panicked");
+    if errors.is_empty() {
+        error
+    } else {
+        error.with_source(combine(errors))
+    }
+}
+
+/// The first tier at or after `from`, not in `skip`, whose predicate accepts `error`,
+/// already called.
 fn start_tier<F>(
     shared: &Arc<Shared>,
     req: &Option<ToolRequest>,
     from: usize,
     failed_at: Option<&Arc<str>>,
     error: Option<&ToolError>,
+    skip: &[usize],
 ) -> Option<State<F>> {
     let req = req.as_ref()?;
     let (index, tier) = shared
@@ -526,6 +620,7 @@ fn start_tier<F>(
         .iter()
         .enumerate()
         .skip(from)
+        .filter(|(i, _)| !skip.contains(i))
         .find(|(_, t)| error.is_none_or(|e| (t.predicate)(req, e)))?;
     if let (Some(from_tier), Some(e)) = (failed_at, error) {
         tracing::info!(
