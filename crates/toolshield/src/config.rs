@@ -31,8 +31,12 @@
 //! setting is reached by its path in upper case with `__` between the parts:
 //! `TOOLSHIELD_DEFAULTS__RETRY__MAX_ATTEMPTS=5`, `TOOLSHIELD_TOOLS__WEATHER__CACHE__TTL=10m`.
 //! A value that parses as JSON (`5`, `false`, `{"ttl":"1m"}`) is used as such, anything
-//! else as a string. Variables whose first part is not `ENABLED`, `DEFAULTS` or `TOOLS`
-//! (such as `TOOLSHIELD_REDIS_URL`) are left to other readers.
+//! else as a string. Parts match without regard to case; a tool part names a tool the
+//! document lists (an override cannot add one), and nothing is set by path inside
+//! `schema` (give the whole schema as JSON). An override that cannot be applied (a
+//! misspelt first part such as `TOOLSHIELD_DEFAULT__…`, an empty part, an unknown tool)
+//! is a problem at the variable's name. Other variables (such as
+//! `TOOLSHIELD_REDIS_URL`) are left to their readers.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -117,7 +121,9 @@ impl ShieldConfig {
     pub fn from_json_str(text: &str) -> Result<Self, ConfigError> {
         let value: Value =
             serde_json::from_str(text).map_err(|e| single("", format!("invalid JSON: {e}")))?;
-        Self::from_value(value)
+        let mut p = Problems::new();
+        json_duplicates(text, &mut p);
+        Self::build(value, p)
     }
 
     /// Reads a `.toml` or `.json` file, applies the `TOOLSHIELD_*` environment overrides,
@@ -126,38 +132,52 @@ impl ShieldConfig {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
             .map_err(|e| single("", format!("cannot read {}: {e}", path.display())))?;
-        let value: Value = if path.extension().is_some_and(|e| e == "json") {
-            serde_json::from_str(&text)
-                .map_err(|e| single("", format!("invalid JSON in {}: {e}", path.display())))?
+        let mut p = Problems::new();
+        let mut value: Value = if path.extension().is_some_and(|e| e == "json") {
+            let value = serde_json::from_str(&text)
+                .map_err(|e| single("", format!("invalid JSON in {}: {e}", path.display())))?;
+            json_duplicates(&text, &mut p);
+            value
         } else {
             toml::from_str(&text)
                 .map_err(|e| single("", format!("invalid TOML in {}: {e}", path.display())))?
         };
-        Self::from_value_with_env(value, std::env::vars())
+        apply_env(&mut value, std::env::vars_os().map(lossy), &mut p);
+        Self::build(value, p)
     }
 
     /// The defaults with the `TOOLSHIELD_*` environment overrides of this process.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_value_with_env(Value::Object(Map::new()), std::env::vars())
+        Self::from_value_with_env(Value::Object(Map::new()), std::env::vars_os().map(lossy))
     }
 
     /// Applies overrides given as `(name, value)` pairs (the environment, in tests) to a
-    /// parsed document, then checks everything.
+    /// parsed document, then checks everything. An override that cannot be applied (a
+    /// misspelt first part, an empty part, a tool the document does not list, a path
+    /// below `schema` or through a value that is not a table) is a problem at the
+    /// variable's name, listed with the others.
     pub fn from_value_with_env<I, K, V>(mut value: Value, vars: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator<Item = (K, V)>,
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        apply_env(&mut value, vars);
-        Self::from_value(value)
+        let mut p = Problems::new();
+        apply_env(&mut value, vars, &mut p);
+        Self::build(value, p)
     }
 
     /// Builds and checks a configuration from a parsed document.
     pub fn from_value(value: Value) -> Result<Self, ConfigError> {
-        let mut p = Problems::new();
+        Self::build(value, Problems::new())
+    }
+
+    /// [`from_value`](Self::from_value), listing `p` (problems found while reading) first.
+    fn build(value: Value, mut p: Problems) -> Result<Self, ConfigError> {
         let Value::Object(mut root) = value else {
-            return Err(single("", "the configuration must be a table"));
+            let why = "the configuration must be a table";
+            p.push("", why);
+            return Err(p.into_result().err().unwrap_or_else(|| single("", why)));
         };
         let mut cfg = ShieldConfig::default();
 
@@ -398,47 +418,306 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
     }
 }
 
-fn apply_env<I, K, V>(value: &mut Value, vars: I)
+/// An environment variable as text; a name or value that is not UTF-8 is converted
+/// lossily rather than panicking like [`std::env::vars`].
+fn lossy((k, v): (std::ffi::OsString, std::ffi::OsString)) -> (String, String) {
+    (
+        k.to_string_lossy().into_owned(),
+        v.to_string_lossy().into_owned(),
+    )
+}
+
+/// The first parts of an override.
+const ROOTS: [&str; 3] = ["enabled", "defaults", "tools"];
+
+/// One `TOOLSHIELD_*` override: the variable's name, its path (as written) and its value.
+struct Override {
+    var: String,
+    parts: Vec<String>,
+    value: Value,
+}
+
+/// Whether `first` (lower case) looks like a misspelt root: one or two edits away
+/// (`default`, `enable`, `tool`) or a root glued to the rest by one underscore
+/// (`defaults_retry`). Other `TOOLSHIELD_*` names (`REDIS_URL`, `ADMIN_TOKEN`) are
+/// further away and left to their readers.
+fn near_root(first: &str) -> bool {
+    ROOTS
+        .iter()
+        .any(|r| edit_distance(first, r) <= 2 || first.starts_with(&format!("{r}_")))
+}
+
+/// Levenshtein distance of two short ASCII-ish strings.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diag + usize::from(ca != *cb));
+            diag = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// Applies the `TOOLSHIELD_*` overrides among `vars` to `value`, recording at the
+/// variable's name every one that cannot be applied.
+///
+/// Parts are matched without regard to case: the roots and section keys are lower case,
+/// and a tool part names the tool of the document whose name is equal ignoring ASCII
+/// case. Paths below `schema` are refused: JSON Schema keys are case-sensitive
+/// (`additionalProperties`), and a variable name cannot keep their case.
+fn apply_env<I, K, V>(value: &mut Value, vars: I, p: &mut Problems)
 where
     I: IntoIterator<Item = (K, V)>,
     K: AsRef<str>,
     V: AsRef<str>,
 {
-    let mut overrides: Vec<(Vec<String>, Value)> = Vec::new();
+    let mut overrides: Vec<Override> = Vec::new();
     for (k, v) in vars {
-        let Some(rest) = k.as_ref().strip_prefix("TOOLSHIELD_") else {
+        let var = k.as_ref();
+        let Some(rest) = var.strip_prefix("TOOLSHIELD_") else {
             continue;
         };
-        let parts: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-        if !matches!(
-            parts.first().map(String::as_str),
-            Some("enabled" | "defaults" | "tools")
-        ) {
+        let parts: Vec<String> = rest.split("__").map(str::to_owned).collect();
+        let first = parts[0].to_ascii_lowercase();
+        if !ROOTS.contains(&first.as_str()) {
+            // A path (`__`) or a name close to a root is a misspelt override; anything
+            // else belongs to another reader (`TOOLSHIELD_REDIS_URL`).
+            if parts.len() > 1 || near_root(&first) {
+                p.push(
+                    var,
+                    format_args!(
+                        "unknown setting `{}`: expected TOOLSHIELD_ENABLED, TOOLSHIELD_DEFAULTS__... or TOOLSHIELD_TOOLS__...",
+                        parts[0]
+                    ),
+                );
+            }
             continue;
         }
         if parts.iter().any(String::is_empty) {
+            p.push(
+                var,
+                "a part of the path is empty: parts are separated by exactly `__`",
+            );
             continue;
         }
         let raw = v.as_ref();
-        let parsed = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()));
-        overrides.push((parts, parsed));
+        let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()));
+        overrides.push(Override {
+            var: var.to_owned(),
+            parts,
+            value,
+        });
     }
-    // Deterministic order whatever the environment's order.
-    overrides.sort_by(|a, b| a.0.cmp(&b.0));
-    if !value.is_object() {
+    // Deterministic order whatever the environment's order: a table before its keys.
+    let folded =
+        |o: &Override| -> Vec<String> { o.parts.iter().map(|s| s.to_ascii_lowercase()).collect() };
+    overrides.sort_by_cached_key(folded);
+    for pair in overrides.windows(2) {
+        if folded(&pair[0]) == folded(&pair[1]) {
+            p.push(
+                &pair[1].var,
+                format_args!(
+                    "sets the same key as {}: which one wins would depend on the environment's order",
+                    pair[0].var
+                ),
+            );
+        }
+    }
+    let Value::Object(root) = value else {
         return;
+    };
+    for o in overrides {
+        match resolve(root, &o) {
+            Ok(path) => set(root, &path, o.value, &o.var, p),
+            Err(why) => p.push(&o.var, why),
+        }
     }
-    for (parts, v) in overrides {
-        let mut node = &mut *value;
-        for (i, part) in parts.iter().enumerate() {
-            let Value::Object(map) = node else { break };
-            if i + 1 == parts.len() {
-                map.insert(part.clone(), v);
-                break;
+}
+
+/// The path of an override in the document: parts in lower case, except the tool name,
+/// which is that of the matching tool in the document.
+fn resolve(root: &Map<String, Value>, o: &Override) -> Result<Vec<String>, String> {
+    let mut path: Vec<String> = Vec::with_capacity(o.parts.len());
+    let mut parts = o.parts.iter();
+    let first = parts
+        .next()
+        .map(|s| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    path.push(first.clone());
+    let section_at = match first.as_str() {
+        "enabled" => {
+            if o.parts.len() > 1 {
+                return Err("`enabled` is true or false, it has no keys below it".to_owned());
             }
-            node = map
-                .entry(part.clone())
-                .or_insert_with(|| Value::Object(Map::new()));
+            return Ok(path);
+        }
+        "defaults" => 1,
+        _ => {
+            let Some(tool) = parts.next() else {
+                return Ok(path);
+            };
+            path.push(find_tool(root, tool)?);
+            2
+        }
+    };
+    for (i, part) in parts.enumerate() {
+        let lower = part.to_ascii_lowercase();
+        if i == 0 && !SECTIONS.contains(&lower.as_str()) {
+            return Err(format!(
+                "unknown section `{part}` (expected one of {})",
+                SECTIONS.join(", ")
+            ));
+        }
+        if i == 1 && path[section_at] == "schema" {
+            let owner = path[..section_at].join("__").to_ascii_uppercase();
+            return Err(format!(
+                "cannot set a key inside `schema`: JSON Schema keys are case-sensitive and a variable name is not; give the whole schema as JSON in TOOLSHIELD_{owner}__SCHEMA"
+            ));
+        }
+        path.push(lower);
+    }
+    Ok(path)
+}
+
+/// The name of the document's tool equal to `part` ignoring ASCII case.
+fn find_tool(root: &Map<String, Value>, part: &str) -> Result<String, String> {
+    let tools = match root.get("tools") {
+        Some(Value::Object(tools)) => tools,
+        _ => &Map::new(),
+    };
+    let mut found = tools.keys().filter(|k| k.eq_ignore_ascii_case(part));
+    match (found.next(), found.next()) {
+        (Some(name), None) => Ok(name.clone()),
+        (Some(a), Some(b)) => Err(format!(
+            "tool `{part}` matches both `{a}` and `{b}`, whose names differ only in case"
+        )),
+        (None, _) => Err(format!(
+            "no tool `{part}` in the configuration (tool names match without regard to case); an override cannot add a tool: add its section to the file"
+        )),
+    }
+}
+
+/// Writes `v` at `path`, creating the tables on the way.
+fn set(root: &mut Map<String, Value>, path: &[String], v: Value, var: &str, p: &mut Problems) {
+    let Some((last, inner)) = path.split_last() else {
+        return;
+    };
+    let mut map = root;
+    for (i, part) in inner.iter().enumerate() {
+        let node = map
+            .entry(part.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+        let Value::Object(next) = node else {
+            p.push(
+                var,
+                format_args!(
+                    "`{}` is not a table, so nothing can be set below it",
+                    path[..=i].join(".")
+                ),
+            );
+            return;
+        };
+        map = next;
+    }
+    map.insert(last.clone(), v);
+}
+
+/// Records every key given twice in one JSON object of `text` (already parsed as valid
+/// JSON): `serde_json` keeps the last silently, where TOML rejects the file.
+fn json_duplicates(text: &str, p: &mut Problems) {
+    use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+
+    /// Walks one JSON value, pushing the paths of duplicate keys below `path`.
+    struct Walk<'a> {
+        path: Vec<String>,
+        dups: &'a mut Vec<Vec<String>>,
+    }
+
+    impl Walk<'_> {
+        fn child(&mut self, part: &str) -> Walk<'_> {
+            let mut path = self.path.clone();
+            path.push(part.to_owned());
+            Walk {
+                path,
+                dups: self.dups,
+            }
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0usize;
+            while seq.next_element_seed(self.child(&i.to_string()))?.is_some() {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::BTreeSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value_seed(self.child(&key))?;
+                if !seen.insert(key.clone()) {
+                    let path = self.child(&key).path;
+                    self.dups.push(path);
+                }
+            }
+            Ok(())
+        }
+    }
+
+    let mut dups = Vec::new();
+    let mut de = serde_json::Deserializer::from_str(text);
+    let walk = Walk {
+        path: Vec::new(),
+        dups: &mut dups,
+    };
+    if walk.deserialize(&mut de).is_err() {
+        return; // not reached: the text parsed as JSON already
+    }
+    for path in dups {
+        let field = path.join(".");
+        match path.as_slice() {
+            [tools, tool] if tools == "tools" => p.push(
+                field,
+                format_args!("tool `{tool}` is listed twice (the last would silently win)"),
+            ),
+            _ => p.push(field, "key given twice (the last would silently win)"),
         }
     }
 }
