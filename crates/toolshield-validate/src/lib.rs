@@ -6,8 +6,13 @@
 //! `INVALID_INPUT` and the schema errors in the message; the inner service never runs.
 //! `INVALID_INPUT` is never retried and never counted by a breaker.
 //!
-//! The messages name the path and the rule that failed but never the payload's values
-//! (they may be secrets): `"/amount: value is not of type \"integer\""`.
+//! The messages name the path and the rule that failed but never the payload's values or
+//! keys (either may be a secret): `"/amount: value is not of type \"integer\""`. A key
+//! the schema names (in `properties`, `required`, dependencies) is shown in a path; any
+//! other key is shown as `*`, and the keys a rule rejects (`additionalProperties`,
+//! `propertyNames`, `unevaluatedProperties`) are counted, not listed. Checking an invalid
+//! payload stops after the errors the message lists: a large payload (more than
+//! 10,000 values) is reported with its first error only.
 //!
 //! In the default stack it sits inside the deadline and before cache, idempotency and
 //! breaker, so a malformed call claims no key, fills no cache and never counts against
@@ -51,7 +56,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use jsonschema::Validator;
+use std::collections::HashSet;
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::{ValidationError, Validator};
 use pin_project_lite::pin_project;
 use serde_json::Value;
 use toolshield_core::config::Problems;
@@ -62,6 +70,17 @@ use tower_service::Service;
 
 /// How many schema errors a message lists before it says "and N more".
 const MAX_LISTED: usize = 5;
+
+/// Payloads with more values than this are reported with their first error only:
+/// collecting every error walks the whole payload, and jsonschema collects them all
+/// before handing out the first.
+const MAX_NODES_FOR_ALL_ERRORS: usize = 10_000;
+
+/// A compiled schema and the property names it declares (shown unmasked in paths).
+struct Compiled {
+    validator: Validator,
+    names: HashSet<Box<str>, FastState>,
+}
 
 /// What to do with a tool that has no schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -76,7 +95,7 @@ pub enum Unknown {
 /// Compiled schemas, one per tool. Cheap to clone.
 #[derive(Clone)]
 pub struct Schemas {
-    by_tool: Arc<FastHashMap<Arc<str>, Validator>>,
+    by_tool: Arc<FastHashMap<Arc<str>, Compiled>>,
     unknown: Unknown,
 }
 
@@ -107,7 +126,7 @@ impl Schemas {
     /// `Ok` when it is valid or the tool has no schema (and unknown tools are allowed);
     /// otherwise `INVALID_INPUT` listing what failed, without the payload's values.
     pub fn check(&self, tool: &str, payload: &Value) -> Result<(), ToolError> {
-        let Some(validator) = self.by_tool.get(tool) else {
+        let Some(compiled) = self.by_tool.get(tool) else {
             return match self.unknown {
                 Unknown::Allow => Ok(()),
                 Unknown::Reject => Err(ToolError::invalid_input(format!(
@@ -115,32 +134,142 @@ impl Schemas {
                 ))),
             };
         };
+        let validator = &compiled.validator;
         if validator.is_valid(payload) {
             return Ok(());
         }
-        let mut listed = Vec::with_capacity(MAX_LISTED);
-        let mut total = 0usize;
-        for error in validator.iter_errors(payload) {
-            total += 1;
-            if listed.len() < MAX_LISTED {
-                let path = error.instance_path().to_string();
-                let path = if path.is_empty() {
-                    "/".to_owned()
-                } else {
-                    path
-                };
-                listed.push(format!("{path}: {}", error.masked()));
+        let describe = |e: &ValidationError<'_>| describe(e, payload, &compiled.names);
+        let mut message = format!("arguments for `{tool}` do not match its schema: ");
+        if has_more_nodes_than(payload, MAX_NODES_FOR_ALL_ERRORS) {
+            // `validate` stops at the first error; `iter_errors` would walk everything.
+            let first = validator
+                .validate(payload)
+                .err()
+                .map_or_else(|| "invalid".to_owned(), |e| describe(&e));
+            message.push_str(&first);
+            message.push_str("; further errors not checked");
+        } else {
+            let mut total = 0usize;
+            let mut listed = Vec::with_capacity(MAX_LISTED);
+            for error in validator.iter_errors(payload) {
+                total += 1;
+                if listed.len() < MAX_LISTED {
+                    listed.push(describe(&error));
+                }
             }
-        }
-        let mut message = format!(
-            "arguments for `{tool}` do not match its schema: {}",
-            listed.join("; ")
-        );
-        if total > listed.len() {
-            message.push_str(&format!("; and {} more", total - listed.len()));
+            message.push_str(&listed.join("; "));
+            if total > listed.len() {
+                message.push_str(&format!("; and {} more", total - listed.len()));
+            }
         }
         Err(ToolError::invalid_input(message))
     }
+}
+
+/// One schema error as `path: rule`, without the payload's values, and without its keys
+/// except those the schema declares.
+fn describe(
+    error: &ValidationError<'_>,
+    payload: &Value,
+    names: &HashSet<Box<str>, FastState>,
+) -> String {
+    let path = masked_path(error.instance_path().as_str(), payload, names);
+    let rule = match error.kind() {
+        ValidationErrorKind::AdditionalProperties { unexpected } => format!(
+            "additional properties are not allowed ({} unexpected)",
+            unexpected.len()
+        ),
+        ValidationErrorKind::UnevaluatedProperties { unexpected } => format!(
+            "unevaluated properties are not allowed ({} unexpected)",
+            unexpected.len()
+        ),
+        ValidationErrorKind::PropertyNames { error } => format!(
+            "a property name does not match `propertyNames`: {}",
+            error.masked_with("the name")
+        ),
+        // Schema keywords whose message names no payload key: values are masked.
+        _ => error.masked().to_string(),
+    };
+    format!("{path}: {rule}")
+}
+
+/// The JSON pointer `pointer` into `payload` with every object key the schema does not
+/// declare replaced by `*` (array indices are kept).
+fn masked_path(pointer: &str, payload: &Value, names: &HashSet<Box<str>, FastState>) -> String {
+    if pointer.is_empty() {
+        return "/".to_owned();
+    }
+    let mut out = String::with_capacity(pointer.len());
+    let mut node = Some(payload);
+    for raw in pointer.split('/').skip(1) {
+        out.push('/');
+        node = match node {
+            Some(Value::Array(items)) => {
+                out.push_str(raw);
+                raw.parse::<usize>().ok().and_then(|i| items.get(i))
+            }
+            Some(Value::Object(map)) => {
+                let key = raw.replace("~1", "/").replace("~0", "~");
+                if names.contains(key.as_str()) {
+                    out.push_str(raw);
+                } else {
+                    out.push('*');
+                }
+                map.get(&key)
+            }
+            _ => {
+                out.push('*');
+                None
+            }
+        };
+    }
+    out
+}
+
+/// Every property name `schema` declares anywhere: keys of `properties`,
+/// `dependentRequired`, `dependentSchemas` and `dependencies`, and names in `required`.
+fn declared_names(schema: &Value, names: &mut HashSet<Box<str>, FastState>) {
+    let mut stack = vec![schema];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                for (keyword, sub) in map {
+                    match (keyword.as_str(), sub) {
+                        (
+                            "properties" | "dependentRequired" | "dependentSchemas"
+                            | "dependencies",
+                            Value::Object(props),
+                        ) => names.extend(props.keys().map(|k| Box::from(k.as_str()))),
+                        ("required", Value::Array(required)) => {
+                            names.extend(required.iter().filter_map(Value::as_str).map(Box::from))
+                        }
+                        _ => {}
+                    }
+                    stack.push(sub);
+                }
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+}
+
+/// Whether `payload` holds more than `limit` values (stops counting past it).
+fn has_more_nodes_than(payload: &Value, limit: usize) -> bool {
+    let mut seen = 0usize;
+    let mut stack = vec![payload];
+    while let Some(value) = stack.pop() {
+        seen += 1;
+        if seen > limit {
+            return true;
+        }
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Builds [`Schemas`]; compiling happens in [`build`](SchemasBuilder::build).
@@ -177,9 +306,19 @@ impl SchemasBuilder {
             }
             match jsonschema::validator_for(&schema) {
                 Ok(validator) => {
-                    by_tool.insert(tool, validator);
+                    let mut names = HashSet::default();
+                    declared_names(&schema, &mut names);
+                    by_tool.insert(tool, Compiled { validator, names });
                 }
-                Err(e) => problems.push(field, format_args!("invalid schema: {}", e.masked())),
+                Err(e) => {
+                    // Where in the schema: the instance of a compile error is the schema.
+                    let at = e.instance_path().as_str();
+                    let at = if at.is_empty() { "/" } else { at };
+                    problems.push(
+                        field,
+                        format_args!("invalid schema at {at}: {}", e.masked()),
+                    );
+                }
             }
         }
         problems.into_result()?;
