@@ -52,7 +52,9 @@ fn facts<Res: ShieldResponse>(result: &Result<Res, ToolError>) -> Facts {
 }
 
 pin_project! {
-    /// The future of [`Metrics`](crate::Metrics): records when the call finishes.
+    /// The future of [`Metrics`](crate::Metrics): records when the call finishes, or,
+    /// dropped before it finished, records the call as `cancelled` (code `CANCELLED`)
+    /// with its duration.
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
@@ -61,6 +63,51 @@ pin_project! {
         read_only: bool,
         span: Span,
         shared: Arc<Shared>,
+        done: bool,
+    }
+
+    impl<F> PinnedDrop for ResponseFuture<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if !*this.done {
+                record_dropped_call(this.shared, *this.tool, *this.start, this.span);
+            }
+        }
+    }
+}
+
+/// What a future dropped before it finished was: `CANCELLED` (the caller gave up: a
+/// client disconnect, an outer timeout, a `select!`), or `INTERNAL` when it is dropped
+/// while a panic of the inner future unwinds.
+fn dropped_kind() -> ErrorKind {
+    if std::thread::panicking() {
+        ErrorKind::Internal
+    } else {
+        ErrorKind::Cancelled
+    }
+}
+
+/// A call whose future was dropped before it finished: counted, timed and coded like a
+/// call that failed with [`dropped_kind`].
+fn record_dropped_call(shared: &Shared, tool: usize, start: Instant, span: &Span) {
+    let elapsed = start.elapsed();
+    let kind = dropped_kind();
+    let status = Status::of_kind(kind);
+    shared.execution(tool, status).increment(1);
+    shared.duration(tool, status).record(elapsed.as_secs_f64());
+    shared.errors(tool, kind).increment(1);
+    if !span.is_disabled() {
+        span.record("outcome", status.as_str());
+        span.record("error_code", kind.code());
+        let _entered = span.enter();
+        let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        tracing::info!(
+            target: "toolshield",
+            outcome = status.as_str(),
+            error_code = kind.code(),
+            duration_ms,
+            "tool call dropped before it finished"
+        );
     }
 }
 
@@ -80,6 +127,7 @@ impl<F> ResponseFuture<F> {
             read_only,
             span,
             shared,
+            done: false,
         }
     }
 }
@@ -106,6 +154,7 @@ where
             let _entered = this.span.enter();
             ready!(this.inner.poll(cx)).map_err(Into::into)
         };
+        *this.done = true;
         let elapsed = this.start.elapsed();
         let f = facts(&result);
         let (shared, tool) = (&**this.shared, *this.tool);
@@ -173,13 +222,30 @@ where
 
 pin_project! {
     /// The future of [`AttemptMetrics`](crate::AttemptMetrics): records when the attempt
-    /// finishes.
+    /// finishes, or, dropped before it finished, records an attempt with
+    /// `outcome="cancelled"`.
     pub struct AttemptFuture<F> {
         #[pin]
         inner: F,
         tool: usize,
         span: Span,
         shared: Arc<Shared>,
+        done: bool,
+    }
+
+    impl<F> PinnedDrop for AttemptFuture<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if !*this.done {
+                let kind = dropped_kind();
+                let status = Status::of_kind(kind);
+                this.shared.attempts(*this.tool, status).increment(1);
+                if !this.span.is_disabled() {
+                    this.span.record("outcome", status.as_str());
+                    this.span.record("error_code", kind.code());
+                }
+            }
+        }
     }
 }
 
@@ -190,6 +256,7 @@ impl<F> AttemptFuture<F> {
             tool,
             span,
             shared,
+            done: false,
         }
     }
 }
@@ -216,6 +283,7 @@ where
             let _entered = this.span.enter();
             ready!(this.inner.poll(cx)).map_err(Into::into)
         };
+        *this.done = true;
         let f = facts(&result);
         this.shared.attempts(*this.tool, f.status).increment(1);
         let span = &*this.span;

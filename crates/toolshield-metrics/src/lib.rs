@@ -78,7 +78,7 @@ pub use layer::{AttemptMetricsLayer, MetricsConfig, MetricsLayer, MAX_TOOLS};
 pub use names::Status;
 pub use prometheus::{
     install_prometheus, local_prometheus, Collect, PrometheusExporter, DURATION_BUCKETS,
-    PROMETHEUS_CONTENT_TYPE,
+    PROMETHEUS_CONTENT_TYPE, UPKEEP_INTERVAL,
 };
 pub use service::{AttemptMetrics, Metrics};
 pub use target::MetricsTarget;

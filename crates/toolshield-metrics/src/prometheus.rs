@@ -1,10 +1,13 @@
 //! The Prometheus recorder: install it (or build a local one), render the text
-//! exposition, run upkeep periodically, and refresh collectors before each render.
+//! exposition, drain histogram samples periodically, and refresh collectors before each
+//! render.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
+use metrics::Recorder;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::names::TOOL_DURATION_SECONDS;
 use crate::target::MetricsTarget;
@@ -12,11 +15,18 @@ use crate::target::MetricsTarget;
 /// The `content-type` of the Prometheus text exposition format.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The buckets of `tool_duration_seconds`: 5 ms to 60 s, covering the soft (2 s) and
-/// hard (30 s) defaults.
-pub const DURATION_BUCKETS: [f64; 14] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+/// The buckets of `tool_duration_seconds`: 5 ms to 10 minutes, covering the soft (2 s)
+/// and hard (30 s) defaults and the worst case of a default call (3 attempts of 30 s
+/// plus backoff, about 100 s) with room for longer configured deadlines.
+pub const DURATION_BUCKETS: [f64; 17] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0,
+    600.0,
 ];
+
+/// How often the upkeep task an exporter starts by itself drains histogram samples into
+/// their buckets. The recorder buffers every sample until then (about 16 bytes each), so
+/// the memory held between two drains is bounded by the call rate times this.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Something that refreshes gauges or counters just before a render (the breaker
 /// states, for instance).
@@ -40,11 +50,46 @@ impl<F: Fn() + Send + Sync> Collect for F {
 
 /// A Prometheus recorder's render handle, the target to register layers with, and the
 /// collectors to refresh before a render. Cheap to clone.
+///
+/// An exporter drains its recorder's histogram samples by itself: created (or first
+/// used) inside a tokio runtime, it starts a task running
+/// [`run_upkeep`](Self::run_upkeep) every [`UPKEEP_INTERVAL`], so memory stays bounded
+/// whether `/metrics` is scraped or not. The task stops once nothing can record into
+/// the recorder any more: for a local recorder ([`local_prometheus`]), when the exporter
+/// and every layer built with its target are dropped; for the global one, when every
+/// clone of the exporter is dropped.
 #[derive(Clone)]
 pub struct PrometheusExporter {
     handle: PrometheusHandle,
     target: MetricsTarget,
-    collectors: Arc<RwLock<Vec<Arc<dyn Collect>>>>,
+    shared: Arc<Shared>,
+}
+
+/// What the clones of one exporter share.
+struct Shared {
+    collectors: RwLock<Vec<Arc<dyn Collect>>>,
+    /// The running upkeep task, if any.
+    upkeep: Mutex<Option<AbortHandle>>,
+}
+
+/// What keeps an upkeep task going: a local recorder still reachable, or for the global
+/// recorder, an exporter still alive.
+enum Liveness {
+    Recorder(Weak<dyn Recorder + Send + Sync>),
+    Exporter(Weak<Shared>),
+}
+
+impl Liveness {
+    fn alive(&self) -> bool {
+        match self {
+            Liveness::Recorder(w) => w.strong_count() > 0,
+            Liveness::Exporter(w) => w.strong_count() > 0,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl std::fmt::Debug for PrometheusExporter {
@@ -67,8 +112,9 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 /// `/metrics`) and returns its exporter. `tool_duration_seconds` is a histogram with
 /// [`DURATION_BUCKETS`].
 ///
-/// Fails if a global recorder is already installed. Call
-/// [`spawn_upkeep`](PrometheusExporter::spawn_upkeep) once a tokio runtime runs.
+/// Fails if a global recorder is already installed. Histogram samples are drained by
+/// the exporter's own upkeep task (see [`PrometheusExporter`]), started here when called
+/// inside a tokio runtime, otherwise the first time the exporter is used inside one.
 pub fn install_prometheus() -> Result<PrometheusExporter, BuildError> {
     let handle = builder()?.install_recorder()?;
     Ok(PrometheusExporter::from_parts(
@@ -92,18 +138,24 @@ pub fn local_prometheus() -> PrometheusExporter {
 
 impl PrometheusExporter {
     /// An exporter from a handle you built yourself, and the target its recorder is
-    /// reached by.
+    /// reached by. Inside a tokio runtime, starts the upkeep task.
     pub fn from_parts(handle: PrometheusHandle, target: MetricsTarget) -> Self {
-        PrometheusExporter {
+        let exporter = PrometheusExporter {
             handle,
             target,
-            collectors: Arc::new(RwLock::new(Vec::new())),
-        }
+            shared: Arc::new(Shared {
+                collectors: RwLock::new(Vec::new()),
+                upkeep: Mutex::new(None),
+            }),
+        };
+        exporter.ensure_upkeep();
+        exporter
     }
 
     /// The target to build [`MetricsLayer`](crate::MetricsLayer)s and
     /// [`BreakerMetrics`](crate::BreakerMetrics) with.
     pub fn target(&self) -> MetricsTarget {
+        self.ensure_upkeep();
         self.target.clone()
     }
 
@@ -114,7 +166,9 @@ impl PrometheusExporter {
 
     /// Refreshes `collector` before every render.
     pub fn add_collector(&self, collector: impl Collect + 'static) {
-        self.collectors
+        self.ensure_upkeep();
+        self.shared
+            .collectors
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::new(collector));
@@ -123,7 +177,9 @@ impl PrometheusExporter {
     /// Runs the collectors, then renders the text exposition format: the recorder's
     /// families, then those the collectors render themselves.
     pub fn render(&self) -> String {
+        self.ensure_upkeep();
         let collectors = self
+            .shared
             .collectors
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -139,24 +195,67 @@ impl PrometheusExporter {
     }
 
     /// Drains histogram samples into their buckets (and expires idle series when
-    /// configured). [`render`](Self::render) does it too; run it periodically so
-    /// histograms do not grow between scrapes.
+    /// configured). [`render`](Self::render) and the upkeep task do it too.
     pub fn run_upkeep(&self) {
         self.handle.run_upkeep();
     }
 
-    /// Spawns a tokio task running [`run_upkeep`](Self::run_upkeep) every `every`.
-    /// Abort the returned handle to stop it.
-    pub fn spawn_upkeep(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+    /// Whether an upkeep task of this exporter is running.
+    pub fn upkeep_running(&self) -> bool {
+        lock(&self.shared.upkeep)
+            .as_ref()
+            .is_some_and(|task| !task.is_finished())
+    }
+
+    /// Replaces the upkeep task by one running [`run_upkeep`](Self::run_upkeep) every
+    /// `every` (at least 10 ms) on the current tokio runtime; it stops like the automatic
+    /// one (see [`PrometheusExporter`]), or when the returned handle is aborted.
+    ///
+    /// Needed only for another interval than [`UPKEEP_INTERVAL`].
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, like [`tokio::spawn`].
+    pub fn spawn_upkeep(&self, every: Duration) -> JoinHandle<()> {
+        let task = tokio::spawn(self.upkeep_loop(every));
+        if let Some(old) = lock(&self.shared.upkeep).replace(task.abort_handle()) {
+            old.abort();
+        }
+        task
+    }
+
+    /// Starts the upkeep task if none runs (a runtime that shut down ended it) and a
+    /// tokio runtime is current.
+    fn ensure_upkeep(&self) {
+        let mut upkeep = lock(&self.shared.upkeep);
+        if upkeep.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            *upkeep = Some(rt.spawn(self.upkeep_loop(UPKEEP_INTERVAL)).abort_handle());
+        }
+    }
+
+    /// The upkeep loop: holds the handle (not the exporter) and stops when nothing can
+    /// record into the recorder any more.
+    fn upkeep_loop(&self, every: Duration) -> impl std::future::Future<Output = ()> + Send {
         let handle = self.handle.clone();
+        let liveness = match &self.target {
+            MetricsTarget::Recorder(r) => Liveness::Recorder(Arc::downgrade(r)),
+            MetricsTarget::Global => Liveness::Exporter(Arc::downgrade(&self.shared)),
+        };
         let every = every.max(Duration::from_millis(10));
-        tokio::spawn(async move {
+        async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await; // the first tick is immediate
             loop {
                 tick.tick().await;
+                if !liveness.alive() {
+                    break;
+                }
                 handle.run_upkeep();
             }
-        })
+        }
     }
 }

@@ -1,0 +1,83 @@
+//! Memory held by the Prometheus recorder stays bounded under load while nobody scrapes
+//! `/metrics`: the exporter drains histogram samples by itself (its upkeep task), so the
+//! bytes held after many more calls are the same.
+
+mod support;
+
+use std::alloc::System;
+use std::time::Duration;
+
+use serde_json::Value;
+use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer, UPKEEP_INTERVAL};
+use tower::{service_fn, Layer, Service, ServiceExt};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Bytes held now (allocated minus freed).
+fn held() -> i64 {
+    let s = GLOBAL.stats();
+    let grown = i64::try_from(s.bytes_allocated).unwrap_or(i64::MAX)
+        - i64::try_from(s.bytes_deallocated).unwrap_or(i64::MAX);
+    grown + i64::try_from(s.bytes_reallocated).unwrap_or(0)
+}
+
+#[test]
+fn recorder_memory_stays_bounded_without_scrapes() {
+    const PER_SECOND: u64 = 10_000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let exporter = local_prometheus();
+        let layer =
+            MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target()).unwrap();
+        let tool = service_fn(|_req: ToolRequest| {
+            std::future::ready(Ok::<_, ToolError>(ToolResponse::new(Value::Bool(true))))
+        });
+        let mut svc = layer.layer(tool);
+        let req = ToolRequest::new("weather", Value::Null);
+
+        let mut calls = 0u64;
+        let mut run_seconds = async |seconds: u64| {
+            for _ in 0..seconds {
+                for _ in 0..PER_SECOND {
+                    svc.ready().await.unwrap().call(req.clone()).await.unwrap();
+                }
+                calls += PER_SECOND;
+                tokio::time::advance(Duration::from_secs(1)).await;
+                tokio::task::yield_now().await;
+            }
+        };
+        // Warm up over two upkeep periods, then measure at the same point of the period.
+        let period = UPKEEP_INTERVAL.as_secs();
+        run_seconds(2 * period).await;
+        let before = held();
+        run_seconds(6 * period).await;
+        let growth = held() - before;
+
+        // Without upkeep every sample (16 bytes and more) waits for a render:
+        // 6 x 5 x 10,000 samples would hold about 5 MB.
+        assert!(
+            growth < 512 * 1024,
+            "{growth} bytes more held after {} more calls",
+            6 * period * PER_SECOND
+        );
+        assert!(exporter.upkeep_running());
+
+        // Nothing drained was lost.
+        let text = exporter.render();
+        let exp = support::parse(&text).unwrap();
+        assert_eq!(
+            exp.value(
+                "tool_duration_seconds_count",
+                &[("tool", "weather"), ("status", "success")]
+            ),
+            Some(calls as f64)
+        );
+    });
+}
