@@ -9,9 +9,10 @@
 //!   when one is set (a route template such as `GET /users/{id}`);
 //! - the [`CallKind`] follows the method ([`http_method_kind`]) unless the state says
 //!   otherwise;
-//! - the idempotency key is the `Idempotency-Key` header (IETF draft).
+//! - the idempotency key is the `Idempotency-Key` header (IETF draft); a blank value, or
+//!   two different values, is no key.
 //!
-//! Responses: 429 is `RATE_LIMITED` with its `Retry-After`, 502/503/504
+//! Responses: 429 is `RATE_LIMITED` with its `Retry-After`, 408/425/502/503/504
 //! `UPSTREAM_UNAVAILABLE`, other 5xx `EXECUTION_FAILED`, 401/403 `UNAUTHORIZED`, 404
 //! `NOT_FOUND`, other 4xx `INVALID_INPUT` ([`http_status_kind`]).
 
@@ -111,11 +112,15 @@ pub fn http_method_kind(method: &Method) -> CallKind {
     }
 }
 
-/// The error kind of a non-success HTTP status, `None` for 1xx, 2xx and 3xx.
+/// The error kind of a non-success HTTP status, `None` for 1xx, 2xx and 3xx: 429
+/// `RATE_LIMITED`; 408, 425, 502, 503, 504 `UPSTREAM_UNAVAILABLE` (retriable, with their
+/// `Retry-After`); 401/403 `UNAUTHORIZED`; 404 `NOT_FOUND`; other 4xx `INVALID_INPUT`;
+/// other 5xx `EXECUTION_FAILED`.
 pub fn http_status_kind(status: StatusCode) -> Option<ErrorKind> {
     match status.as_u16() {
         429 => Some(ErrorKind::RateLimited),
-        502..=504 => Some(ErrorKind::UpstreamUnavailable),
+        // 408 Request Timeout and 425 Too Early say "not now", not "wrong arguments".
+        408 | 425 | 502..=504 => Some(ErrorKind::UpstreamUnavailable),
         401 | 403 => Some(ErrorKind::Unauthorized),
         404 => Some(ErrorKind::NotFound),
         400..=499 => Some(ErrorKind::InvalidInput),
@@ -162,10 +167,16 @@ impl<B> ShieldRequest for http::Request<B> {
     }
 
     fn get_idempotency_key(&self) -> Option<&str> {
-        self.headers()
-            .get(IDEMPOTENCY_KEY_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|k| !k.is_empty())
+        // Blank is no key; two different values are no key either (which one would the
+        // server dedupe on?), so such a request is never repeated.
+        let mut values = self
+            .headers()
+            .get_all(IDEMPOTENCY_KEY_HEADER)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter(|k| !k.trim().is_empty());
+        let key = values.next()?;
+        values.all(|other| other == key).then_some(key)
     }
 
     fn call_token(&self) -> Option<&CancellationToken> {

@@ -8,32 +8,46 @@ use std::time::SystemTime;
 
 use pin_project_lite::pin_project;
 use toolshield_core::http_impls::RetryAfter;
-use toolshield_core::{BoxError, ErrorKind, ToolError};
+use toolshield_core::{BoxError, CallKind, ErrorKind, ShieldRequest, ToolError};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::retry_after::parse_retry_after;
 
-/// Maps an HTTP client's error to a [`ToolError`], keeping it as the source:
-///
-/// - a timeout anywhere in the source chain (an `io::ErrorKind::TimedOut`, a hyper
-///   timeout, a tokio `Elapsed`) is `TIMEOUT`;
-/// - a connect error of hyper-util's legacy client (nothing was sent) and I/O errors
-///   such as a refused or reset connection are `CONNECTION_FAILED`;
-/// - a [`ToolError`] passes through unchanged;
-/// - anything else (the connection broke after the request was sent) is
-///   `UPSTREAM_UNAVAILABLE`.
+/// Maps an HTTP client's error to a [`ToolError`] for a call that is safe to repeat
+/// (`ReadOnly` or `Idempotent`), keeping it as the source. Same as
+/// [`client_error_for`] with [`CallKind::Idempotent`].
 pub fn client_error(error: impl Into<BoxError>) -> ToolError {
+    client_error_for(CallKind::Idempotent, error)
+}
+
+/// Maps an HTTP client's error to a [`ToolError`] for a call of `kind`, keeping it as
+/// the source:
+///
+/// - failed before anything was sent (a connect error of hyper-util's legacy client:
+///   refused, DNS, TLS handshake, connect timeout; an I/O `ConnectionRefused`):
+///   `CONNECTION_FAILED`, retriable;
+/// - a timeout anywhere else in the source chain (an `io::ErrorKind::TimedOut`, a hyper
+///   timeout, a tokio `Elapsed`): `TIMEOUT`;
+/// - anything else may have happened after the request left (reset, closed, EOF before
+///   the answer): `OUTCOME_UNKNOWN` for a [`Mutating`](CallKind::Mutating) call (never
+///   retried; the idempotency layer keeps the key), `UPSTREAM_UNAVAILABLE` (retriable)
+///   otherwise;
+/// - a [`ToolError`] passes through unchanged.
+pub fn client_error_for(kind: CallKind, error: impl Into<BoxError>) -> ToolError {
     let error: BoxError = error.into();
     let error = match error.downcast::<ToolError>() {
         Ok(tool_error) => return *tool_error,
         Err(other) => other,
     };
-    let kind = error_kind(&*error);
-    let message = match kind {
-        ErrorKind::Timeout => "http request timed out",
-        ErrorKind::ConnectionFailed => "http connection failed",
-        _ => "http request failed",
+    let (kind, message) = match stage(&*error) {
+        Stage::NotSent => (ErrorKind::ConnectionFailed, "http connection failed"),
+        Stage::TimedOut => (ErrorKind::Timeout, "http request timed out"),
+        Stage::MaybeSent if kind == CallKind::Mutating => (
+            ErrorKind::OutcomeUnknown,
+            "http connection lost after the request was sent",
+        ),
+        Stage::MaybeSent => (ErrorKind::UpstreamUnavailable, "http request failed"),
     };
     ToolError::new(kind, message).with_source(BoxedSource(error))
 }
@@ -54,35 +68,50 @@ impl StdError for BoxedSource {
     }
 }
 
-fn error_kind(error: &(dyn StdError + 'static)) -> ErrorKind {
-    let mut connect = false;
-    let mut io = false;
+/// How far a failed request got.
+enum Stage {
+    /// Nothing left this process: safe to send again.
+    NotSent,
+    /// A timeout after the connection was made.
+    TimedOut,
+    /// The request may have reached the server.
+    MaybeSent,
+}
+
+fn stage(error: &(dyn StdError + 'static)) -> Stage {
+    let mut timed_out = false;
     let mut current: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(e) = current {
         if let Some(legacy) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
-            connect |= legacy.is_connect();
+            // The legacy client's connect errors happen before a byte of the request
+            // is written (DNS, refused, TLS handshake, connect timeout).
+            if legacy.is_connect() {
+                return Stage::NotSent;
+            }
         } else if let Some(h) = e.downcast_ref::<hyper::Error>() {
-            if h.is_timeout() {
-                return ErrorKind::Timeout;
-            }
+            timed_out |= h.is_timeout();
         } else if let Some(ioe) = e.downcast_ref::<std::io::Error>() {
-            if ioe.kind() == std::io::ErrorKind::TimedOut {
-                return ErrorKind::Timeout;
+            match ioe.kind() {
+                // Only a connect can be refused; a connection that was open is reset.
+                std::io::ErrorKind::ConnectionRefused => return Stage::NotSent,
+                std::io::ErrorKind::TimedOut => timed_out = true,
+                _ => {}
             }
-            io = true;
         } else if e.is::<tokio::time::error::Elapsed>() {
-            return ErrorKind::Timeout;
+            timed_out = true;
         }
         current = e.source();
     }
-    if connect || io {
-        ErrorKind::ConnectionFailed
+    if timed_out {
+        Stage::TimedOut
     } else {
-        ErrorKind::UpstreamUnavailable
+        Stage::MaybeSent
     }
 }
 
-/// Wraps an HTTP client so its errors are [`ToolError`]s ([`client_error`]), and a
+/// Wraps an HTTP client so its errors are [`ToolError`]s ([`client_error_for`] with the
+/// request's [`CallKind`]: a `POST` whose connection is lost after sending is
+/// `OUTCOME_UNKNOWN`, a `GET` `UPSTREAM_UNAVAILABLE`), and a
 /// `Retry-After` HTTP date on a response is honoured (left as a [`RetryAfter`] extension).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HttpErrorLayer;
@@ -134,6 +163,7 @@ impl<S, Req, B> Service<Req> for HttpErrors<S>
 where
     S: Service<Req, Response = http::Response<B>>,
     S::Error: Into<BoxError>,
+    Req: ShieldRequest,
 {
     type Response = S::Response;
     type Error = ToolError;
@@ -144,8 +174,11 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
+        // The kind decides what a connection lost after sending becomes.
+        let kind = req.call_kind();
         HttpErrorFuture {
             inner: self.inner.call(req),
+            kind,
         }
     }
 }
@@ -156,6 +189,7 @@ pin_project! {
     pub struct HttpErrorFuture<F> {
         #[pin]
         inner: F,
+        kind: CallKind,
     }
 }
 
@@ -167,7 +201,9 @@ where
     type Output = Result<http::Response<B>, ToolError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut response = ready!(self.project().inner.poll(cx)).map_err(client_error)?;
+        let this = self.project();
+        let kind = *this.kind;
+        let mut response = ready!(this.inner.poll(cx)).map_err(|e| client_error_for(kind, e))?;
         note_retry_after(&mut response);
         Poll::Ready(Ok(response))
     }

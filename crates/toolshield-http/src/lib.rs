@@ -8,14 +8,17 @@
 //!
 //! - [`BufferLayer`] / [`buffer_request`]: bodies collected once (with a size limit) into
 //!   `http::Request<Full<Bytes>>`, which is `Clone`, so requests can be retried;
-//! - [`HttpErrorLayer`] / [`client_error`]: the client's errors as
-//!   [`ToolError`](toolshield_core::ToolError)s
-//!   (connect errors `CONNECTION_FAILED`, timeouts `TIMEOUT`), keeping the source;
+//! - [`HttpErrorLayer`] / [`client_error_for`]: the client's errors as
+//!   [`ToolError`](toolshield_core::ToolError)s, keeping the source: failed before
+//!   sending `CONNECTION_FAILED`, timeouts `TIMEOUT`, a connection lost after sending
+//!   `OUTCOME_UNKNOWN` for a mutating call (never retried) and `UPSTREAM_UNAVAILABLE`
+//!   otherwise;
 //! - the method rules ([`http_method_kind`]): GET, HEAD, PUT, DELETE, OPTIONS are
-//!   idempotent and retried; POST and PATCH are mutating and retried only with an
-//!   `Idempotency-Key` header, which is the request's idempotency key;
+//!   idempotent and retried; POST and PATCH are mutating and repeated only under an
+//!   `Idempotency-Key` header the server sees ([`HttpTool`] sends the request's key,
+//!   given or derived, as that header);
 //! - the status rules ([`http_status_kind`]): 429 `RATE_LIMITED` with its
-//!   `Retry-After` ([`parse_retry_after`], both forms), 502/503/504
+//!   `Retry-After` ([`parse_retry_after`], both forms), 408/425/502/503/504
 //!   `UPSTREAM_UNAVAILABLE`, other 5xx `EXECUTION_FAILED` (counted, not retried), 401/403
 //!   `UNAUTHORIZED`, 404 `NOT_FOUND`, other 4xx `INVALID_INPUT` (neither retried nor
 //!   counted);
@@ -56,7 +59,7 @@ pub use body::{
     body_error, buffer_request, BufferBody, BufferFuture, BufferLayer, BufferedRequest,
     DEFAULT_BODY_LIMIT,
 };
-pub use error::{client_error, HttpErrorFuture, HttpErrorLayer, HttpErrors};
+pub use error::{client_error, client_error_for, HttpErrorFuture, HttpErrorLayer, HttpErrors};
 pub use retry_after::parse_retry_after;
 pub use tool::{
     build_request, http_tool_request, hyper_client, HttpTool, HttpToolFuture, HyperClient,

@@ -12,17 +12,17 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Method, Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Map, Value};
 use toolshield_core::http_impls::{http_method_kind, http_status_kind, IDEMPOTENCY_KEY_HEADER};
-use toolshield_core::{BoxError, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{BoxError, CallKind, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
 use crate::body::{body_error, BufferedRequest, DEFAULT_BODY_LIMIT};
-use crate::error::client_error;
+use crate::error::{client_error, client_error_for};
 use crate::retry_after::parse_retry_after;
 
 /// hyper-util's legacy client over plain TCP (no TLS), sending buffered bodies.
@@ -34,25 +34,18 @@ pub fn hyper_client() -> HyperClient {
 }
 
 /// Builds the [`ToolRequest`] of an HTTP call: the payload is
-/// `{"method", "url", "headers"?, "body"?}`, the [`CallKind`](toolshield_core::CallKind)
-/// follows the method, and an `Idempotency-Key` header becomes the request's
-/// idempotency key (so the idempotency layer dedupes on it and the retry layer may
-/// repeat a POST).
+/// `{"method", "url", "headers"?, "body"?}`, the [`CallKind`] follows the method, and an
+/// `Idempotency-Key` header (any spelling) becomes the request's idempotency key, so the
+/// idempotency layer dedupes on the key the server sees. A blank key (`""`, `"  "`) is
+/// no key; two different keys under two spellings are no key here and `INVALID_INPUT`
+/// when the request is built ([`build_request`]).
 pub fn http_tool_request(tool: impl Into<Arc<str>>, payload: Value) -> ToolRequest {
     let method = payload
         .get("method")
         .and_then(Value::as_str)
         .and_then(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
         .unwrap_or(Method::GET);
-    let key = payload
-        .get("headers")
-        .and_then(Value::as_object)
-        .and_then(|h| {
-            h.iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(IDEMPOTENCY_KEY_HEADER))
-                .and_then(|(_, v)| v.as_str())
-                .map(str::to_owned)
-        });
+    let key = payload_key(&payload).ok().flatten().map(str::to_owned);
     let mut req = ToolRequest::new(tool, payload).kind(http_method_kind(&method));
     if let Some(key) = key {
         req = req.idempotency_key(key);
@@ -60,11 +53,42 @@ pub fn http_tool_request(tool: impl Into<Arc<str>>, payload: Value) -> ToolReque
     req
 }
 
+/// The one `Idempotency-Key` of a payload's `headers`, whatever its spelling: blank
+/// values are no key, the same value under two spellings is one key, two different
+/// values are `INVALID_INPUT`.
+fn payload_key(payload: &Value) -> Result<Option<&str>, ToolError> {
+    let Some(headers) = payload.get("headers").and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    let mut key: Option<&str> = None;
+    for (name, value) in headers {
+        if !name.eq_ignore_ascii_case(IDEMPOTENCY_KEY_HEADER) {
+            continue;
+        }
+        let Some(value) = value.as_str().filter(|v| !v.trim().is_empty()) else {
+            continue;
+        };
+        match key {
+            Some(first) if first != value => {
+                return Err(ToolError::invalid_input(
+                    "two different `Idempotency-Key` headers: send one key per request",
+                ))
+            }
+            _ => key = Some(value),
+        }
+    }
+    Ok(key)
+}
+
 /// Turns a [`ToolRequest`] payload `{"method", "url", "headers"?, "body"?}` into an HTTP
 /// request. `method` defaults to GET; `body` is sent as is when it is a string, as JSON
 /// (with `content-type: application/json` unless set) otherwise. Problems are
 /// `INVALID_INPUT`.
+///
+/// One `Idempotency-Key` header at most is sent: blank values are dropped, the same key
+/// under two spellings is sent once, and two different keys are `INVALID_INPUT`.
 pub fn build_request(payload: &Value) -> Result<BufferedRequest, ToolError> {
+    let idempotency_key = payload_key(payload)?;
     let method = match payload.get("method") {
         None | Some(Value::Null) => Method::GET,
         Some(Value::String(m)) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
@@ -92,6 +116,10 @@ pub fn build_request(payload: &Value) -> Result<BufferedRequest, ToolError> {
                 let value = value.as_str().ok_or_else(|| {
                     ToolError::invalid_input(format!("header `{name}` must be a string"))
                 })?;
+                if name.eq_ignore_ascii_case(IDEMPOTENCY_KEY_HEADER) {
+                    // Added once, below.
+                    continue;
+                }
                 let name = HeaderName::from_bytes(name.as_bytes())
                     .map_err(|_| ToolError::invalid_input(format!("invalid header `{name}`")))?;
                 let value = HeaderValue::from_str(value).map_err(|_| {
@@ -102,6 +130,9 @@ pub fn build_request(payload: &Value) -> Result<BufferedRequest, ToolError> {
             }
         }
         Some(_) => return Err(ToolError::invalid_input("`headers` must be an object")),
+    }
+    if let Some(key) = idempotency_key {
+        builder = builder.header(IDEMPOTENCY_KEY_HEADER, key_header(key)?);
     }
     let body = match payload.get("body") {
         None | Some(Value::Null) => Bytes::new(),
@@ -118,6 +149,34 @@ pub fn build_request(payload: &Value) -> Result<BufferedRequest, ToolError> {
         .map_err(|e| ToolError::invalid_input(format!("invalid http request: {e}")))
 }
 
+fn key_header(key: &str) -> Result<HeaderValue, ToolError> {
+    HeaderValue::from_str(key)
+        .map_err(|_| ToolError::invalid_input("the idempotency key is not a valid header value"))
+}
+
+/// Sends the request's idempotency key as the `Idempotency-Key` header of a `Mutating`
+/// call: a key the stack dedupes on (given, or derived by the idempotency layer) and the
+/// retry layer repeats under must be one the server sees, on every attempt.
+fn attach_key(req: &ToolRequest, http_req: &mut BufferedRequest) -> Result<(), ToolError> {
+    if req.call_kind() != CallKind::Mutating {
+        return Ok(());
+    }
+    let Some(key) = req.get_idempotency_key().filter(|k| !k.trim().is_empty()) else {
+        return Ok(());
+    };
+    match http_req.headers().get(IDEMPOTENCY_KEY_HEADER) {
+        Some(sent) if sent.as_bytes() != key.as_bytes() => Err(ToolError::invalid_input(
+            "the `Idempotency-Key` header differs from the request's idempotency key",
+        )),
+        Some(_) => Ok(()),
+        None => {
+            let value = key_header(key)?;
+            http_req.headers_mut().insert(IDEMPOTENCY_KEY_HEADER, value);
+            Ok(())
+        }
+    }
+}
+
 /// Calls an HTTP client for each [`ToolRequest`] (payload as in [`build_request`]) and
 /// answers `{"status", "headers", "body"}`; `body` is parsed JSON when the response says
 /// it is JSON, text otherwise. A non-2xx/3xx status is an error of the kind
@@ -125,6 +184,11 @@ pub fn build_request(payload: &Value) -> Result<BufferedRequest, ToolError> {
 ///
 /// Build requests with [`http_tool_request`] so the kind and the idempotency key follow
 /// the method and the `Idempotency-Key` header.
+///
+/// A `Mutating` call's idempotency key (given, or derived by the idempotency layer) is
+/// sent as its `Idempotency-Key` header, the same on every attempt; a payload header
+/// that differs from it is `INVALID_INPUT`. A connection lost after a `Mutating` request
+/// was sent is `OUTCOME_UNKNOWN` ([`client_error_for`](crate::client_error_for)).
 #[derive(Clone)]
 pub struct HttpTool<C = HyperClient> {
     client: C,
@@ -190,7 +254,12 @@ where
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
         let limit = self.body_limit;
-        let http_req = match build_request(req.payload()) {
+        let kind = req.call_kind();
+        let http_req = build_request(req.payload()).and_then(|mut http_req| {
+            attach_key(&req, &mut http_req)?;
+            Ok(http_req)
+        });
+        let http_req = match http_req {
             Ok(r) => r,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
@@ -198,8 +267,11 @@ where
         let mut client = std::mem::replace(&mut self.client, clone);
         Box::pin(async move {
             let host = http_req.uri().host().unwrap_or("").to_owned();
-            let response = client.call(http_req).await.map_err(client_error)?;
-            into_tool_response(response, &host, limit).await
+            let response = client
+                .call(http_req)
+                .await
+                .map_err(|e| client_error_for(kind, e))?;
+            into_tool_response(response, &host, limit, kind).await
         })
     }
 }
@@ -208,6 +280,7 @@ async fn into_tool_response<B>(
     response: Response<B>,
     host: &str,
     limit: usize,
+    kind: CallKind,
 ) -> Result<ToolResponse, ToolError>
 where
     B: Body,
@@ -228,7 +301,14 @@ where
     let bytes = Limited::new(body, limit)
         .collect()
         .await
-        .map_err(|e| body_error(e, limit))?
+        .map_err(|e| {
+            // A body cut off mid-way is a connection lost after sending.
+            if e.is::<LengthLimitError>() {
+                body_error(e, limit)
+            } else {
+                client_error_for(kind, e)
+            }
+        })?
         .to_bytes();
     let mut headers = Map::new();
     for (name, value) in &parts.headers {

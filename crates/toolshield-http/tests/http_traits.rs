@@ -36,8 +36,11 @@ fn statuses_map_to_error_kinds() {
         (401, Some(ErrorKind::Unauthorized)),
         (403, Some(ErrorKind::Unauthorized)),
         (404, Some(ErrorKind::NotFound)),
+        // Request Timeout and Too Early: "try again", not "your arguments are wrong".
+        (408, Some(ErrorKind::UpstreamUnavailable)),
         (409, Some(ErrorKind::InvalidInput)),
         (422, Some(ErrorKind::InvalidInput)),
+        (425, Some(ErrorKind::UpstreamUnavailable)),
         (429, Some(ErrorKind::RateLimited)),
         (500, Some(ErrorKind::ExecutionFailed)),
         (501, Some(ErrorKind::ExecutionFailed)),
@@ -52,7 +55,8 @@ fn statuses_map_to_error_kinds() {
             "{code}"
         );
     }
-    // 500 is counted but not retried; 4xx is neither.
+    // 408 and 425 are retried; 500 is counted but not retried; other 4xx neither.
+    assert!(ErrorKind::UpstreamUnavailable.is_retriable());
     assert!(ErrorKind::ExecutionFailed.counts_for_breaker());
     assert!(!ErrorKind::ExecutionFailed.is_retriable());
     assert!(!ErrorKind::InvalidInput.counts_for_breaker());
@@ -126,6 +130,17 @@ fn responses_carry_in_band_failures_with_retry_after() {
     let f = limited.in_band_failure().unwrap();
     assert_eq!(f.kind, ErrorKind::RateLimited);
     assert_eq!(f.retry_after, Some(Duration::from_secs(2)));
+
+    for status in [408, 425] {
+        let early = Response::builder()
+            .status(status)
+            .header("retry-after", "4")
+            .body(())
+            .unwrap();
+        let f = early.in_band_failure().unwrap();
+        assert_eq!(f.kind, ErrorKind::UpstreamUnavailable, "{status}");
+        assert_eq!(f.retry_after, Some(Duration::from_secs(4)), "{status}");
+    }
 
     // An HTTP-date form parsed by the client side is left as a `RetryAfter` extension.
     let mut dated = Response::builder()

@@ -1,6 +1,7 @@
 //! A peer's `Retry-After` far in the future (`99999999999999` seconds, a date in year
 //! 9999) through the HTTP error layer and the retry layer, on tokio's paused clock: no
-//! panic, a wait of at most `MAX_DURATION`, and with a deadline the call ends by it.
+//! panic; by default no wait at all (longer than `max_retry_after`); allowed to wait, a
+//! wait of at most `MAX_DURATION`; and with a deadline the call ends by it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -66,10 +67,23 @@ fn get() -> Request<Full<Bytes>> {
 #[tokio::test(start_paused = true)]
 async fn a_far_retry_after_waits_at_most_the_longest_duration_and_never_past_a_deadline() {
     for value in FAR {
-        // No deadline: one retry, MAX_DURATION later.
+        // By default a wait over `max_retry_after` (60 s) is not waited for: the 429 is
+        // the answer at once, its wait cut to MAX_DURATION.
         let seen = Arc::new(Mutex::new(Vec::new()));
         let svc = ServiceBuilder::new()
             .layer(retry())
+            .layer(HttpErrorLayer::new())
+            .service(upstream(value, Arc::clone(&seen)));
+        let start = Instant::now();
+        let res = svc.oneshot(get()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "{value}");
+        assert_eq!(start.elapsed(), Duration::ZERO, "{value}");
+        assert_eq!(seen.lock().unwrap().len(), 1, "{value}");
+
+        // Allowed to wait that long, no deadline: one retry, MAX_DURATION later.
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let svc = ServiceBuilder::new()
+            .layer(retry().with_max_retry_after(MAX_DURATION))
             .layer(HttpErrorLayer::new())
             .service(upstream(value, Arc::clone(&seen)));
         let res = svc.oneshot(get()).await.unwrap();

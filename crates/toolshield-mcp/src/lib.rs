@@ -11,8 +11,10 @@
 //!   response by default, which the core classifier counts as an `EXECUTION_FAILED`
 //!   failure; [`IsErrorPolicy::Error`] turns it into an error of a chosen kind instead.
 //! - Errors: unknown tool -> `NOT_FOUND`, invalid params -> `INVALID_INPUT`, other
-//!   server errors -> `EXECUTION_FAILED`, transport closed or failed ->
-//!   `CONNECTION_FAILED`, client timeout -> `TIMEOUT`.
+//!   server errors -> `EXECUTION_FAILED` (server text cut at [`MAX_MESSAGE`] bytes),
+//!   transport closed before the call -> `CONNECTION_FAILED`, transport closed or failed
+//!   during the call -> `OUTCOME_UNKNOWN` for a `Mutating` call (never retried) and
+//!   `CONNECTION_FAILED` otherwise ([`map_call_error`]), client timeout -> `TIMEOUT`.
 //!
 //! It is the innermost service of the default stack: the attempt timeout drops its
 //! future, which abandons the request (rmcp tries to tell the server with
@@ -59,5 +61,8 @@
 mod map;
 mod service;
 
-pub use map::{map_protocol_error, map_result, map_service_error, result_text, IsErrorPolicy};
+pub use map::{
+    map_call_error, map_protocol_error, map_result, map_service_error, result_text, IsErrorPolicy,
+    MAX_MESSAGE,
+};
 pub use service::{McpClientService, McpFuture, McpTool};

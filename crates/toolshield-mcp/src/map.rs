@@ -3,7 +3,7 @@
 use rmcp::model::{CallToolResult, ErrorCode};
 use rmcp::{ErrorData, ServiceError};
 use serde_json::Value;
-use toolshield_core::{ErrorKind, ToolError, ToolResponse};
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolResponse};
 
 /// What to do with a tool result that says `isError: true`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,8 +19,21 @@ pub enum IsErrorPolicy {
     Error(ErrorKind),
 }
 
-/// Longest error message kept from an `isError` result's text, in bytes.
-const MAX_MESSAGE: usize = 512;
+/// Longest text kept from a server in an error message (an `isError` result's text, a
+/// JSON-RPC error's message, a transport error), in bytes.
+pub const MAX_MESSAGE: usize = 512;
+
+/// `text` cut to at most [`MAX_MESSAGE`] bytes, on a char boundary.
+fn capped(text: &str) -> &str {
+    if text.len() <= MAX_MESSAGE {
+        return text;
+    }
+    let mut cut = MAX_MESSAGE;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
+}
 
 /// The text content of a result, joined by newlines.
 pub fn result_text(result: &CallToolResult) -> String {
@@ -45,14 +58,8 @@ pub fn map_result(
     let is_error = result.is_error.unwrap_or(false);
     if is_error {
         if let IsErrorPolicy::Error(kind) = policy {
-            let mut text = result_text(&result);
-            if text.len() > MAX_MESSAGE {
-                let mut cut = MAX_MESSAGE;
-                while !text.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                text.truncate(cut);
-            }
+            let text = result_text(&result);
+            let text = capped(&text);
             let message = if text.is_empty() {
                 format!("mcp tool `{tool}` reported an error")
             } else {
@@ -73,7 +80,8 @@ pub fn map_result(
     Ok(ToolResponse::new(output))
 }
 
-/// Maps a JSON-RPC error answered by the server.
+/// Maps a JSON-RPC error answered by the server. The server's message is cut at
+/// [`MAX_MESSAGE`] bytes.
 pub fn map_protocol_error(tool: &str, error: &ErrorData) -> ToolError {
     let code = error.code;
     let lower = error.message.to_ascii_lowercase();
@@ -95,21 +103,45 @@ pub fn map_protocol_error(tool: &str, error: &ErrorData) -> ToolError {
     };
     ToolError::new(
         kind,
-        format!("mcp tool `{tool}` failed: {} ({})", error.message, code.0),
+        format!(
+            "mcp tool `{tool}` failed: {} ({})",
+            capped(&error.message),
+            code.0
+        ),
     )
 }
 
-/// Maps an `rmcp` service error.
+/// Maps an `rmcp` service error of a call that was sent and is safe to repeat (a
+/// closed transport is `CONNECTION_FAILED`); see [`map_call_error`].
 pub fn map_service_error(tool: &str, error: ServiceError) -> ToolError {
+    map_call_error(tool, error, CallKind::Idempotent)
+}
+
+/// Maps an `rmcp` service error of a call of `kind` that was handed to the transport.
+///
+/// The transport closing or failing before the answer (`TransportClosed`,
+/// `TransportSend`) may come after the server took the request: for a
+/// [`Mutating`](CallKind::Mutating) call that is `OUTCOME_UNKNOWN` (never retried; the
+/// idempotency layer keeps the key), for the others `CONNECTION_FAILED` (retriable). A
+/// transport already closed before the call is `CONNECTION_FAILED` whatever the kind:
+/// [`McpClientService`](crate::McpClientService) checks that before sending.
+pub fn map_call_error(tool: &str, error: ServiceError, kind: CallKind) -> ToolError {
+    let lost = if kind == CallKind::Mutating {
+        ErrorKind::OutcomeUnknown
+    } else {
+        ErrorKind::ConnectionFailed
+    };
     match error {
         ServiceError::McpError(data) => map_protocol_error(tool, &data),
-        ServiceError::TransportClosed => ToolError::new(
-            ErrorKind::ConnectionFailed,
-            format!("mcp transport closed while calling `{tool}`"),
-        ),
+        ServiceError::TransportClosed => {
+            ToolError::new(lost, format!("mcp transport closed while calling `{tool}`"))
+        }
         ServiceError::TransportSend(e) => ToolError::new(
-            ErrorKind::ConnectionFailed,
-            format!("mcp transport failed while calling `{tool}`: {e}"),
+            lost,
+            format!(
+                "mcp transport failed while calling `{tool}`: {}",
+                capped(&e.to_string())
+            ),
         ),
         ServiceError::Timeout { .. } => {
             ToolError::timeout(format!("mcp request for `{tool}` timed out in the client"))
@@ -119,7 +151,10 @@ pub fn map_service_error(tool: &str, error: ServiceError) -> ToolError {
         }
         other => ToolError::new(
             ErrorKind::ExecutionFailed,
-            format!("mcp call of `{tool}` failed: {other}"),
+            format!(
+                "mcp call of `{tool}` failed: {}",
+                capped(&other.to_string())
+            ),
         ),
     }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
-use crate::map::{map_result, map_service_error, IsErrorPolicy};
+use crate::map::{map_call_error, map_result, IsErrorPolicy};
 
 /// The future of [`McpClientService`] and [`McpTool`].
 ///
@@ -145,6 +145,14 @@ impl McpClientService {
                     )))
                 }
             };
+            // A transport closed before the call sends nothing: safe to repeat, whatever
+            // the kind. Closed after this point, the server may have the request.
+            if peer.is_transport_closed() {
+                return Err(ToolError::new(
+                    ErrorKind::ConnectionFailed,
+                    format!("mcp transport closed before calling `{name}`"),
+                ));
+            }
             let mut params = CallToolRequestParams::new(name.clone());
             params.arguments = arguments;
             let call = peer.call_tool_once(params);
@@ -164,7 +172,7 @@ impl McpClientService {
                 Ok(_) => Err(ToolError::execution_failed(format!(
                     "mcp tool `{name}` asked for client input or a task, which this client does not support"
                 ))),
-                Err(e) => Err(map_service_error(&name, e)),
+                Err(e) => Err(map_call_error(&name, e, req.call_kind())),
             }
         })
     }

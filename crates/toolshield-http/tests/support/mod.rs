@@ -17,9 +17,21 @@ use axum::{Json, Router};
 #[derive(Default)]
 pub struct Recorder {
     seen: Mutex<Vec<(String, Instant)>>,
+    keys: Mutex<Vec<(String, Vec<String>)>>,
 }
 
 impl Recorder {
+    /// The `Idempotency-Key` header values of each request to `path`, in order.
+    pub fn keys(&self, path: &str) -> Vec<Vec<String>> {
+        self.keys
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+
     fn record(&self, path: &str) -> usize {
         let mut seen = self.seen.lock().unwrap();
         seen.push((path.to_owned(), Instant::now()));
@@ -86,6 +98,24 @@ async fn status_of(State(rec): Rec, uri: Uri) -> Response {
     }
 }
 
+async fn keyed(State(rec): Rec, uri: Uri, headers: axum::http::HeaderMap) -> Response {
+    rec.record(uri.path());
+    let keys = headers
+        .get_all("idempotency-key")
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect();
+    rec.keys.lock().unwrap().push((uri.path().to_owned(), keys));
+    match uri.path() {
+        "/keyed503" => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        "/keyed408" if rec.count(uri.path()) == 1 => {
+            (StatusCode::REQUEST_TIMEOUT, [("retry-after", "0")]).into_response()
+        }
+        "/keyed425" => (StatusCode::TOO_EARLY, [("retry-after", "3")]).into_response(),
+        _ => (StatusCode::OK, "ok").into_response(),
+    }
+}
+
 async fn create(State(rec): Rec, uri: Uri, Json(body): Json<serde_json::Value>) -> Response {
     let n = rec.record(uri.path());
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -108,6 +138,10 @@ pub async fn start() -> (SocketAddr, Arc<Recorder>) {
         .route("/ok", get(status_of))
         .route("/post503", post(status_of))
         .route("/create", post(create))
+        .route("/keyed503", post(keyed))
+        .route("/keyed200", post(keyed))
+        .route("/keyed408", get(keyed).post(keyed))
+        .route("/keyed425", get(keyed))
         .with_state(Arc::clone(&rec));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -115,4 +149,48 @@ pub async fn start() -> (SocketAddr, Arc<Recorder>) {
         let _ = axum::serve(listener, app).await;
     });
     (addr, rec)
+}
+
+/// A real hyper server that reads each request in full, counts it, then drops the
+/// connection without answering: the request arrived, the answer never comes.
+pub async fn start_dropping() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use http_body_util::BodyExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counter = Arc::clone(&ran);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counter = Arc::clone(&counter);
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let counter = Arc::clone(&counter);
+                    async move {
+                        let _ = req.into_body().collect().await;
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        // An error from the service makes hyper close the connection
+                        // without writing a response.
+                        Err::<hyper::Response<http_body_util::Full<bytes::Bytes>>, _>(
+                            std::io::Error::other("handler dropped the connection"),
+                        )
+                    }
+                });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, ran)
+}
+
+/// An address where nothing listens: bound, noted, closed.
+pub fn refusing_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    addr
 }

@@ -18,6 +18,7 @@ pub struct Seen {
     pub broken: AtomicU32,
     pub hang: AtomicU32,
     pub echo: AtomicU32,
+    pub vanish: AtomicU32,
 }
 
 /// The scripted server:
@@ -26,10 +27,14 @@ pub struct Seen {
 /// - `hang`: never answers (until the client cancels the request);
 /// - `echo`: returns its arguments as text and as structured content;
 /// - `strict`: invalid params unless `{"n": <number>}`;
+/// - `vanish`: the server shuts down mid-call (its transport closes), never answering;
+/// - `huge_error`: a JSON-RPC error whose message is 1 MiB;
 /// - anything else: "tool not found" (invalid params, as rmcp's own router says it).
 #[derive(Clone, Default)]
 pub struct TestServer {
     pub seen: Arc<Seen>,
+    /// Cancelled by `vanish`: the server task drops the running server.
+    pub kill: tokio_util::sync::CancellationToken,
 }
 
 impl ServerHandler for TestServer {
@@ -60,6 +65,12 @@ impl ServerHandler for TestServer {
                 cx.ct.cancelled().await;
                 Err(ErrorData::internal_error("cancelled", None))
             }
+            "vanish" => {
+                self.seen.vanish.fetch_add(1, Ordering::SeqCst);
+                self.kill.cancel();
+                std::future::pending().await
+            }
+            "huge_error" => Err(ErrorData::internal_error("x".repeat(1 << 20), None)),
             "echo" => {
                 self.seen.echo.fetch_add(1, Ordering::SeqCst);
                 Ok(CallToolResult::structured(args).into())
@@ -80,10 +91,15 @@ impl ServerHandler for TestServer {
 pub async fn start() -> (McpClientService, Arc<Seen>, JoinHandle<()>) {
     let server = TestServer::default();
     let seen = server.seen.clone();
+    let kill = server.kill.clone();
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     let task = tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
+            // Dropping the running server closes its end of the pipe.
+            tokio::select! {
+                _ = running.waiting() => {}
+                () = kill.cancelled() => {}
+            }
         }
     });
     let client = McpClientService::connect(client_io)
