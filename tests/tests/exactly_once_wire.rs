@@ -1,11 +1,12 @@
-//! The exactly-once checker on the wire: mutating HTTP calls through the full shield to a
-//! real server on 127.0.0.1 that takes effect and then drops the connection, answers
-//! 503, drops before doing anything, or answers.
+//! The exactly-once checker on the wire: mutating calls through the full shield to a real
+//! HTTP server on 127.0.0.1 that takes effect and then drops the connection, answers 503,
+//! drops before doing anything, or answers; and to a real (in-process) MCP server that
+//! takes effect and then dies mid-call, dies first, fails, or answers.
 //!
 //! The server is deliberately naive: it does not deduplicate. Per order it asserts:
 //! 1. at most one effect, unless a caller was told `OUTCOME_UNKNOWN` (or `unrecorded`),
 //!    or the effect belongs to a caller that gave up;
-//! 2. a request repeated on the wire carries the same, non-empty `Idempotency-Key`
+//! 2. (HTTP) a request repeated on the wire carries the same, non-empty `Idempotency-Key`
 //!    header every time, so a server that deduplicates can (the derived key is sent too);
 //! 3. every caller gets the output of a real effect, or a typed error of an expected kind.
 //!
@@ -193,11 +194,37 @@ async fn run(seed: u64) -> Vec<String> {
             }
         }
     }
+    let mut results = Vec::new();
     for t in tasks {
-        let (order, out) = t.await.expect("caller task");
+        results.push(t.await.expect("caller task"));
+    }
+    // Let clean-ups of callers that gave up finish.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.abort();
+    record_and_check(&ledger, results, |out| out["body"].clone())
+}
+
+/// What each caller of an order got: its result, or `Err` when it gave up.
+type CallerResult = (
+    String,
+    Result<Result<ToolResponse, ToolError>, tokio::time::error::Elapsed>,
+);
+
+/// Records what each caller got and checks every order; `effect_of` finds the server's
+/// effect in a response's output.
+fn record_and_check(
+    ledger: &Ledger,
+    results: Vec<CallerResult>,
+    effect_of: impl Fn(&Value) -> Value,
+) -> Vec<String> {
+    for (order, out) in results {
         let what = match &out {
             Err(_) => "gave up".to_owned(),
-            Ok(Ok(r)) => format!("ok {} replayed={}", r.output["body"], r.provenance.replayed),
+            Ok(Ok(r)) => format!(
+                "ok {} replayed={}",
+                effect_of(&r.output),
+                r.provenance.replayed
+            ),
             Ok(Err(e)) => format!("{}: {}", e.code(), e.message()),
         };
         ledger.with(&order, |o| {
@@ -208,8 +235,9 @@ async fn run(seed: u64) -> Vec<String> {
                     if r.provenance.unrecorded {
                         o.told_unknown = true;
                     }
-                    if !r.provenance.replayed && !o.fresh.contains(&r.output["body"]) {
-                        o.fresh.push(r.output["body"].clone());
+                    let effect = effect_of(&r.output);
+                    if !r.provenance.replayed && !o.fresh.contains(&effect) {
+                        o.fresh.push(effect);
                     }
                 }
                 Ok(Err(e)) if e.kind() == ErrorKind::OutcomeUnknown => o.told_unknown = true,
@@ -217,9 +245,6 @@ async fn run(seed: u64) -> Vec<String> {
             }
         });
     }
-    // Let clean-ups of callers that gave up finish.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    server.abort();
 
     let mut violations = Vec::new();
     let orders = ledger.orders.lock().unwrap_or_else(|e| e.into_inner());
@@ -254,15 +279,165 @@ async fn run(seed: u64) -> Vec<String> {
     violations
 }
 
+// ----- MCP: a server that dies mid-call -----
+
+mod mcp {
+    use super::*;
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult};
+    use rmcp::service::{RequestContext, RoleServer};
+    use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
+    use tokio_util::sync::CancellationToken;
+    use toolshield_mcp::McpClientService;
+
+    /// A naive payment server over MCP: it takes effect, then may die before answering.
+    #[derive(Clone)]
+    struct PayServer {
+        ledger: Arc<Ledger>,
+        rng: Arc<Mutex<fastrand::Rng>>,
+        kill: CancellationToken,
+    }
+
+    impl ServerHandler for PayServer {
+        async fn call_tool(
+            &self,
+            req: CallToolRequestParams,
+            _cx: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            let args = Value::from(req.arguments.clone().unwrap_or_default());
+            let order = args["order"].as_str().unwrap_or("?").to_owned();
+            let roll = self
+                .rng
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .u32(0..100);
+            let effect = || {
+                let id = self.ledger.next_effect.fetch_add(1, Ordering::SeqCst);
+                let out = json!({"order": order, "effect": id});
+                self.ledger.with(&order, |o| o.effects.push(out.clone()));
+                out
+            };
+            match roll {
+                // The charge is made, then the server dies before it answers.
+                0..=19 => {
+                    effect();
+                    self.kill.cancel();
+                    std::future::pending().await
+                }
+                // The server dies before doing anything.
+                20..=27 => {
+                    self.kill.cancel();
+                    std::future::pending().await
+                }
+                28..=42 => Err(ErrorData::internal_error("busy", None)),
+                _ => Ok(CallToolResult::structured(effect()).into()),
+            }
+        }
+    }
+
+    /// A fresh in-process server and a client connected to it (a dead server cannot be
+    /// called again, so every call gets its own connection; the shield, and so the
+    /// idempotency store, is shared).
+    async fn connect(ledger: &Arc<Ledger>, rng: &Arc<Mutex<fastrand::Rng>>) -> McpClientService {
+        let server = PayServer {
+            ledger: Arc::clone(ledger),
+            rng: Arc::clone(rng),
+            kill: CancellationToken::new(),
+        };
+        let kill = server.kill.clone();
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            if let Ok(running) = server.serve(server_io).await {
+                tokio::select! {
+                    _ = running.waiting() => {}
+                    () = kill.cancelled() => {}
+                }
+            }
+        });
+        McpClientService::connect(client_io)
+            .await
+            .expect("client connects to the in-process server")
+    }
+
+    pub(super) async fn run(seed: u64) -> Vec<String> {
+        let ledger = Arc::new(Ledger::default());
+        let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
+        let config = ShieldConfig::from_toml_str(
+            r#"
+            [tools.pay]
+            kind = "mutating"
+            retry = { max_attempts = 3, backoff = { strategy = "none" } }
+            timeout = { attempt = "5s" }
+            idempotency = { lease = "2s", wait_timeout = "3s" }
+            "#,
+        )
+        .expect("config");
+        let shield = Shield::from_config(config).expect("shield");
+        let mut tasks = Vec::new();
+        for k in 0..30 {
+            let order = format!("mcp-order-{seed}-{k}");
+            let (n, keyed) = {
+                let mut g = rng.lock().unwrap_or_else(|e| e.into_inner());
+                (g.usize(1..=4), g.bool())
+            };
+            let mut original = ToolRequest::new("pay", json!({"order": order}))
+                .kind(CallKind::Mutating)
+                .caller("agent");
+            if keyed {
+                original = original.idempotency_key(order.clone());
+            }
+            for _ in 0..n {
+                let (clone, start, patience) = {
+                    let mut g = rng.lock().unwrap_or_else(|e| e.into_inner());
+                    let patience = if g.u32(0..100) < 15 {
+                        Duration::from_millis(g.u64(0..50))
+                    } else {
+                        Duration::from_secs(20)
+                    };
+                    (g.bool(), Duration::from_millis(g.u64(0..300)), patience)
+                };
+                let req = if clone {
+                    original.clone()
+                } else {
+                    let fresh = ToolRequest::new("pay", json!({"order": order}))
+                        .kind(CallKind::Mutating)
+                        .caller("agent");
+                    if keyed {
+                        fresh.idempotency_key(order.clone())
+                    } else {
+                        fresh
+                    }
+                };
+                let client = connect(&ledger, &rng).await;
+                let svc = shield.wrap("pay", client);
+                let order = order.clone();
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::sleep(start).await;
+                    (
+                        order,
+                        tokio::time::timeout(patience, svc.oneshot(req)).await,
+                    )
+                }));
+            }
+        }
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.expect("caller task"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        record_and_check(&ledger, results, |out| out["structuredContent"].clone())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mutation_runs_at_most_once_when_connections_break_after_the_request_was_sent() {
     let seeds = std::env::var("TOOLSHIELD_CHECKER_WIRE_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(4u64);
+        .unwrap_or(3u64);
     let mut all = Vec::new();
     for seed in 1..=seeds {
         all.extend(run(seed).await);
+        all.extend(mcp::run(seed).await);
     }
     assert!(
         all.is_empty(),
