@@ -248,6 +248,20 @@ fn record_and_check(
 
     let mut violations = Vec::new();
     let orders = ledger.orders.lock().unwrap_or_else(|e| e.into_inner());
+    let calls: usize = orders.values().map(|o| o.outcomes.len()).sum();
+    let effects: usize = orders.values().map(|o| o.effects.len()).sum();
+    let unknown = orders
+        .values()
+        .flat_map(|o| &o.outcomes)
+        .filter(|w| w.starts_with("OUTCOME_UNKNOWN"))
+        .count();
+    let gave_up: usize = orders.values().map(|o| o.gave_up).sum();
+    let sent: usize = orders.values().map(|o| o.keys.len()).sum();
+    println!(
+        "{} orders, {calls} calls, {sent} HTTP requests received, {effects} effects, \
+         {unknown} OUTCOME_UNKNOWN, {gave_up} callers gave up",
+        orders.len()
+    );
     for (order, o) in orders.iter() {
         let untold = o.effects.len().saturating_sub(o.fresh.len());
         if !o.told_unknown && (o.fresh.len() > 1 || untold > o.gave_up) {
