@@ -38,6 +38,8 @@ struct Inner {
     /// Sweeps run, by calls or by `evict_idle`.
     sweeps: AtomicU64,
     overflowed: AtomicU64,
+    /// The breaker of calls whose key a full registry cannot keep (made once).
+    overflow: std::sync::OnceLock<Arc<BreakerState>>,
     sweep_lock: Mutex<()>,
 }
 
@@ -123,6 +125,7 @@ impl BreakerRegistry {
                 sweep_after: AtomicU64::new(0),
                 sweeps: AtomicU64::new(0),
                 overflowed: AtomicU64::new(0),
+                overflow: std::sync::OnceLock::new(),
                 sweep_lock: Mutex::new(()),
             }),
         }
@@ -177,7 +180,7 @@ impl BreakerRegistry {
                 s.touch();
                 return Arc::clone(s);
             }
-            return self.unkept(key);
+            return self.unkept();
         }
         let mut map = Self::write(self.shard(key));
         if let Some(s) = map.get(key) {
@@ -186,7 +189,7 @@ impl BreakerRegistry {
         }
         if inner.len.load(Ordering::Acquire) >= config.max_keys {
             drop(map);
-            return self.unkept(key);
+            return self.unkept();
         }
         let state = Arc::new(BreakerState::new(
             Arc::from(key),
@@ -214,15 +217,17 @@ impl BreakerRegistry {
                 .is_ok()
     }
 
-    /// A fresh breaker for one call of a full registry: not kept, and marked evicted so
-    /// no service caches it. Its counts are retired when it is dropped.
-    fn unkept(&self, key: &str) -> Arc<BreakerState> {
+    /// The breaker for one call of a full registry whose key cannot be kept: one shared,
+    /// disabled breaker (it admits and never trips, as a fresh breaker for a single call
+    /// would), marked evicted so no service caches it. No allocation per call.
+    fn unkept(&self) -> Arc<BreakerState> {
         self.inner.overflowed.fetch_add(1, Ordering::Relaxed);
-        Arc::new(BreakerState::new(
-            Arc::from(key),
-            Arc::clone(&self.inner.core),
-            false,
-        ))
+        let core = &self.inner.core;
+        Arc::clone(
+            self.inner
+                .overflow
+                .get_or_init(|| Arc::new(BreakerState::overflow(Arc::clone(core)))),
+        )
     }
 
     /// The breaker of `key` for a manual action: created if needed, whatever the bound.

@@ -507,6 +507,17 @@ impl Drop for BreakerState {
 }
 
 impl BreakerState {
+    /// The breaker every call of a full registry runs under when its key cannot be kept:
+    /// never held by the map, disabled (it admits every call and never trips), so a call
+    /// that overflows costs no allocation and one overflowed key never rejects another's.
+    pub(crate) fn overflow(core: Arc<Core>) -> Self {
+        let state = Self::new(Arc::from("other"), core, false);
+        state
+            .word
+            .store(pack(0, M_DISABLED, ST_CLOSED), Ordering::Release);
+        state
+    }
+
     /// A breaker the registry holds (`kept`) or one for a single overflowed call.
     pub(crate) fn new(key: Arc<str>, core: Arc<Core>, kept: bool) -> Self {
         BreakerState {

@@ -110,3 +110,43 @@ fn the_closed_path_does_not_allocate() {
         "failures in the window: {with_failures:?}"
     );
 }
+
+#[test]
+fn a_new_key_on_a_full_registry_does_not_allocate() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let registry = BreakerRegistry::new(toolshield_breaker::BreakerConfig {
+        max_keys: 10,
+        ..Default::default()
+    })
+    .unwrap();
+    // Full of breakers that cannot be evicted (forced open).
+    for i in 0..10 {
+        registry.force_open(&format!("held-{i}"));
+    }
+    let mut svc = BreakerLayer::new(registry.clone()).layer(Ready2);
+    // Requests built beforehand: their own allocations are not the layer's.
+    let reqs: Vec<ToolRequest> = (0..1_000)
+        .map(|i| ToolRequest::new(format!("new-{i}"), json!({})))
+        .collect();
+    assert!(
+        run(&mut svc, &reqs[0]),
+        "warm up: the overflow breaker exists"
+    );
+    let runs = (0..3)
+        .map(|_| {
+            let region = Region::new(GLOBAL);
+            for req in &reqs[1..] {
+                assert!(run(&mut svc, req), "an overflowed call is admitted");
+            }
+            region.change()
+        })
+        .min_by_key(|s| s.allocations)
+        .expect("three runs");
+    assert_eq!(registry.len(), 10, "nothing was kept");
+    assert!(registry.overflowed() >= 999);
+    assert_eq!(runs.allocations, 0, "new keys on a full registry: {runs:?}");
+}
