@@ -136,17 +136,7 @@ async fn run(seed: u64) -> Vec<String> {
     let addr = listener.local_addr().expect("addr");
     let server = tokio::spawn(serve(listener, Arc::clone(&ledger), Arc::clone(&rng)));
 
-    let config = ShieldConfig::from_toml_str(
-        r#"
-        [tools.pay]
-        kind = "mutating"
-        retry = { max_attempts = 3, backoff = { strategy = "none" } }
-        timeout = { attempt = "5s" }
-        idempotency = { lease = "2s", wait_timeout = "3s" }
-        "#,
-    )
-    .expect("config");
-    let shield = Shield::from_config(config).expect("shield");
+    let shield = shield();
     let router = shield
         .router()
         .tool("pay", HttpTool::new())
@@ -176,32 +166,71 @@ async fn run(seed: u64) -> Vec<String> {
                 } else {
                     http_tool_request("pay", payload.clone()).caller("agent")
                 };
-                let router = router.clone();
-                let start = Duration::from_millis(g.u64(0..300));
-                let patience = if g.u32(0..100) < 15 {
-                    Duration::from_millis(g.u64(0..50))
-                } else {
-                    Duration::from_secs(20)
-                };
-                let order = order.clone();
-                tasks.push(tokio::spawn(async move {
-                    tokio::time::sleep(start).await;
-                    (
-                        order,
-                        tokio::time::timeout(patience, router.oneshot(req)).await,
-                    )
-                }));
+                let (start, patience) = timing(&mut g);
+                tasks.push(caller(router.clone(), req, order.clone(), start, patience));
             }
         }
     }
+    let results = join(tasks).await;
+    server.abort();
+    record_and_check(&ledger, results, |out| out["body"].clone())
+}
+
+/// The shield both transports are called through: a mutating `pay` tool, retried.
+fn shield() -> Shield {
+    let config = ShieldConfig::from_toml_str(
+        r#"
+        [tools.pay]
+        kind = "mutating"
+        retry = { max_attempts = 3, backoff = { strategy = "none" } }
+        timeout = { attempt = "5s" }
+        idempotency = { lease = "2s", wait_timeout = "3s" }
+        "#,
+    )
+    .expect("config");
+    Shield::from_config(config).expect("shield")
+}
+
+/// When a caller starts, and how long it waits before it gives up (15 % give up soon).
+fn timing(g: &mut fastrand::Rng) -> (Duration, Duration) {
+    let start = Duration::from_millis(g.u64(0..300));
+    let patience = if g.u32(0..100) < 15 {
+        Duration::from_millis(g.u64(0..50))
+    } else {
+        Duration::from_secs(20)
+    };
+    (start, patience)
+}
+
+/// One caller of `order`: waits `start`, then calls `svc`, giving up after `patience`.
+fn caller<S>(
+    svc: S,
+    req: ToolRequest,
+    order: String,
+    start: Duration,
+    patience: Duration,
+) -> tokio::task::JoinHandle<CallerResult>
+where
+    S: tower::Service<ToolRequest, Response = ToolResponse, Error = ToolError> + Send + 'static,
+    S::Future: Send,
+{
+    tokio::spawn(async move {
+        tokio::time::sleep(start).await;
+        (
+            order,
+            tokio::time::timeout(patience, svc.oneshot(req)).await,
+        )
+    })
+}
+
+/// Every caller's result, once the clean-ups of callers that gave up have run.
+async fn join(tasks: Vec<tokio::task::JoinHandle<CallerResult>>) -> Vec<CallerResult> {
     let mut results = Vec::new();
     for t in tasks {
         results.push(t.await.expect("caller task"));
     }
-    // Let clean-ups of callers that gave up finish.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    server.abort();
-    record_and_check(&ledger, results, |out| out["body"].clone())
+    results
 }
 
 /// What each caller of an order got: its result, or `Err` when it gave up.
@@ -375,17 +404,7 @@ mod mcp {
     pub(super) async fn run(seed: u64) -> Vec<String> {
         let ledger = Arc::new(Ledger::default());
         let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
-        let config = ShieldConfig::from_toml_str(
-            r#"
-            [tools.pay]
-            kind = "mutating"
-            retry = { max_attempts = 3, backoff = { strategy = "none" } }
-            timeout = { attempt = "5s" }
-            idempotency = { lease = "2s", wait_timeout = "3s" }
-            "#,
-        )
-        .expect("config");
-        let shield = Shield::from_config(config).expect("shield");
+        let shield = shield();
         let mut tasks = Vec::new();
         for k in 0..30 {
             let order = format!("mcp-order-{seed}-{k}");
@@ -400,14 +419,9 @@ mod mcp {
                 original = original.idempotency_key(order.clone());
             }
             for _ in 0..n {
-                let (clone, start, patience) = {
+                let (clone, (start, patience)) = {
                     let mut g = rng.lock().unwrap_or_else(|e| e.into_inner());
-                    let patience = if g.u32(0..100) < 15 {
-                        Duration::from_millis(g.u64(0..50))
-                    } else {
-                        Duration::from_secs(20)
-                    };
-                    (g.bool(), Duration::from_millis(g.u64(0..300)), patience)
+                    (g.bool(), timing(&mut g))
                 };
                 let req = if clone {
                     original.clone()
@@ -423,21 +437,10 @@ mod mcp {
                 };
                 let client = connect(&ledger, &rng).await;
                 let svc = shield.wrap("pay", client);
-                let order = order.clone();
-                tasks.push(tokio::spawn(async move {
-                    tokio::time::sleep(start).await;
-                    (
-                        order,
-                        tokio::time::timeout(patience, svc.oneshot(req)).await,
-                    )
-                }));
+                tasks.push(caller(svc, req, order.clone(), start, patience));
             }
         }
-        let mut results = Vec::new();
-        for t in tasks {
-            results.push(t.await.expect("caller task"));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let results = join(tasks).await;
         record_and_check(&ledger, results, |out| out["structuredContent"].clone())
     }
 }
