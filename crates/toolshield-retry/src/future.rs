@@ -177,6 +177,19 @@ where
 /// the deadline and the budget allow another attempt, and after which wait.
 #[cold]
 #[inline(never)]
+/// Logs why a retry was not started.
+fn not_started(tool: &str, attempt: u32, wait: Option<Duration>, kind: ErrorKind, why: &str) {
+    tracing::debug!(
+        target: "toolshield::retry",
+        tool,
+        attempt,
+        wait_ms = wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+        code = kind.code(),
+        reason = why,
+        "retry not started"
+    );
+}
+
 fn plan_retry<Req, P>(
     shared: &Shared<P>,
     request: Option<&Req>,
@@ -204,13 +217,12 @@ where
         // model, through `for_model`) gets the error with its `retry_after` at once.
         (Some(wait), _) if wait.min(MAX_DURATION) > shared.max_retry_after => {
             shared.stats.record_retry_after_refusal();
-            tracing::debug!(
-                target: "toolshield::retry",
-                tool = request.tool(),
+            not_started(
+                request.tool(),
                 attempt,
-                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                code = failure.kind.code(),
-                "retry not started: retry_after is longer than max_retry_after"
+                Some(wait),
+                failure.kind,
+                "retry_after is longer than max_retry_after",
             );
             return Next::Done;
         }
@@ -232,13 +244,12 @@ where
         let enough = left.is_some_and(|left| !left.is_zero() && left >= shared.min_attempt_time);
         if !enough {
             shared.stats.record_deadline_refusal();
-            tracing::debug!(
-                target: "toolshield::retry",
-                tool = request.tool(),
+            not_started(
+                request.tool(),
                 attempt,
-                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                code = failure.kind.code(),
-                "retry not started: too little time would be left before the deadline"
+                Some(wait),
+                failure.kind,
+                "too little time would be left before the deadline",
             );
             return Next::Done;
         }
@@ -246,12 +257,12 @@ where
     if let Some(budget) = &shared.budget {
         if !budget.try_withdraw() {
             shared.stats.record_budget_refusal();
-            tracing::debug!(
-                target: "toolshield::retry",
-                tool = request.tool(),
+            not_started(
+                request.tool(),
                 attempt,
-                code = failure.kind.code(),
-                "retry refused: retry budget exhausted"
+                None,
+                failure.kind,
+                "retry budget exhausted",
             );
             return Next::Done;
         }

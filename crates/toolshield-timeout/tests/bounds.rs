@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::time::Instant;
+use tokio::time::{sleep, Instant};
 use toolshield_core::config::MAX_DURATION;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_timeout::{DeadlineLayer, TimeoutConfig, TimeoutLayer};
@@ -82,7 +82,7 @@ async fn a_call_under_duration_max_limits_completes_with_a_bounded_deadline() {
     let tool = service_fn(move |req: ToolRequest| {
         *s.lock().unwrap() = req.deadline_at();
         async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            sleep(Duration::from_secs(1)).await; // paused clock
             Ok::<_, ToolError>(ToolResponse::new(json!("done")))
         }
     });
