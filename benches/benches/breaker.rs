@@ -17,10 +17,7 @@ use std::future::{ready, Ready};
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use http::Extensions;
 use serde_json::Value;
-use tokio::time::Instant as TokioInstant;
-use tokio_util::sync::CancellationToken;
 use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry};
 use toolshield_core::{CallKind, ShieldRequest, ToolError, ToolResponse};
 use tower::{Layer, Service};
@@ -32,14 +29,12 @@ use tower::{Layer, Service};
 struct LiteRequest {
     /// The tool name, and so the breaker key.
     key: Arc<str>,
-    extensions: Extensions,
 }
 
 impl LiteRequest {
     fn new(key: impl Into<Arc<str>>) -> Self {
         LiteRequest {
             key: key.into(),
-            extensions: Extensions::new(),
         }
     }
 }
@@ -51,34 +46,11 @@ impl Default for LiteRequest {
 }
 
 impl ShieldRequest for LiteRequest {
-    fn tool(&self) -> &str {
-        &self.key
+    fn call_name(&self) -> Option<&str> {
+        Some(&self.key)
     }
-    fn call_kind(&self) -> CallKind {
-        CallKind::ReadOnly
-    }
-    fn get_idempotency_key(&self) -> Option<&str> {
-        None
-    }
-    fn call_token(&self) -> Option<&CancellationToken> {
-        None
-    }
-    fn attempt_token(&self) -> Option<&CancellationToken> {
-        None
-    }
-    fn deadline_at(&self) -> Option<TokioInstant> {
-        None
-    }
-    fn set_deadline(&mut self, _deadline: TokioInstant) {}
-    fn attempt(&self) -> u32 {
-        1
-    }
-    fn begin_attempt(&mut self, _attempt: u32) {}
-    fn extensions(&self) -> &Extensions {
-        &self.extensions
-    }
-    fn extensions_mut(&mut self) -> &mut Extensions {
-        &mut self.extensions
+    fn call_kind(&self) -> Option<CallKind> {
+        Some(CallKind::ReadOnly)
     }
 }
 

@@ -6,13 +6,15 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::{Arc, Mutex, RwLock};
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use std::time::SystemTime;
+
+use toolshield_contract::time::Rfc3339;
 use tokio::sync::broadcast;
 
 /// The state of a breaker as reported by status, events and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum CircuitState {
     /// Calls pass and are recorded.
     Closed,
@@ -59,8 +61,9 @@ impl fmt::Display for CircuitState {
 }
 
 /// Why a transition happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum TransitionReason {
     /// `consecutive_failures` failures in a row.
     ConsecutiveFailures,
@@ -124,10 +127,12 @@ impl fmt::Display for TransitionReason {
 
 /// One transition or override of one breaker. Serialised as one line of the JSON-lines
 /// log: `{"at":"...","key":"weather","from":"closed","to":"open","reason":"consecutive_failures","shadow":false}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct BreakerEvent {
-    /// When it happened (wall clock).
-    pub at: DateTime<Utc>,
+    /// When it happened (wall clock; RFC 3339 in JSON).
+    #[cfg_attr(feature = "serde", serde(serialize_with = "toolshield_contract::time::serialize"))]
+    pub at: SystemTime,
     /// The breaker key (the tool name by default).
     pub key: Arc<str>,
     /// The state before.
@@ -203,11 +208,9 @@ impl EventHub {
         {
             let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(f) = file.as_mut() {
-                if let Ok(mut line) = serde_json::to_vec(&event) {
-                    line.push(b'\n');
-                    if let Err(error) = f.write_all(&line).and_then(|()| f.flush()) {
-                        tracing::warn!(target: "toolshield::breaker", %error, "cannot append to the breaker event log");
-                    }
+                let line = event.json_line();
+                if let Err(error) = f.write_all(line.as_bytes()).and_then(|()| f.flush()) {
+                    tracing::warn!(target: "toolshield::breaker", %error, "cannot append to the breaker event log");
                 }
             }
         }
@@ -221,9 +224,38 @@ impl EventHub {
     }
 }
 
+impl BreakerEvent {
+    /// The event as one line of the JSON-lines log, newline included.
+    pub fn json_line(&self) -> String {
+        let mut key = String::with_capacity(self.key.len() + 2);
+        json_escape(&self.key, &mut key);
+        format!(
+            "{{\"at\":\"{}\",\"key\":\"{key}\",\"from\":\"{}\",\"to\":\"{}\",\"reason\":\"{}\",\"shadow\":{}}}\n",
+            Rfc3339(self.at),
+            self.from.as_str(),
+            self.to.as_str(),
+            self.reason.as_str(),
+            self.shadow
+        )
+    }
+}
+
+/// Appends `text` to `out` as the inside of a JSON string.
+fn json_escape(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+}
+
 /// How many times one breaker went from one state to another
 /// (`circuit_breaker_transitions_total{key,from,to}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TransitionCount {
     /// The breaker key.
     pub key: Arc<str>,
@@ -240,7 +272,8 @@ pub struct TransitionCount {
 /// was full ([`overflowed`](crate::BreakerRegistry::overflowed) calls). An evicted breaker
 /// takes its per-key counts with it; these totals keep a sum over keys true (a metrics
 /// exporter adds them to the series of keys it does not name).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct EvictedCounts {
     /// Calls they rejected.

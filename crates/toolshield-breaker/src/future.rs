@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
-use toolshield_core::{Classify, Outcome, ShieldResponse, ToolError};
+use toolshield_contract::{Classify, Outcome, ShieldResponse, ToolError};
 
 use crate::state::{BreakerState, Record, Ticket, TicketKind};
 

@@ -1,6 +1,6 @@
 //! [`BreakerLayer`]: configuration only.
 
-use toolshield_core::{ConfigError, DefaultClassifier};
+use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
 use crate::config::BreakerConfig;
@@ -14,6 +14,7 @@ use crate::service::Breaker;
 /// Every service this layer builds, and every clone of them, shares the registry: the
 /// breaker of a key is one breaker, whichever service the call went through.
 #[derive(Debug, Clone)]
+
 pub struct BreakerLayer<K = ToolKey, C = DefaultClassifier> {
     registry: BreakerRegistry,
     key_fn: K,

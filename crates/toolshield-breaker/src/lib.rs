@@ -5,7 +5,7 @@
 //! clone and every service built from it shares: a tool that keeps failing is cut off for
 //! every caller at once.
 //!
-//! - **Closed**: calls pass; outcomes are classified ([`Classify`](toolshield_core::Classify))
+//! - **Closed**: calls pass; outcomes are classified ([`Classify`](toolshield_contract::Classify))
 //!   and recorded. The breaker opens on any of: `consecutive_failures` failures in a row;
 //!   a failure rate of at least `failure_rate` % over the window (the last N calls, or the
 //!   last T seconds in buckets) once it holds `min_calls`; a slow-call rate of at least
@@ -38,7 +38,7 @@
 //! use serde_json::json;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 //! use toolshield_breaker::{BreakerConfig, BreakerLayer, CircuitState};
-//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_contract::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -77,9 +77,9 @@ mod state;
 pub use config::{BreakerConfig, WindowConfig};
 pub use events::{BreakerEvent, CircuitState, EvictedCounts, TransitionCount, TransitionReason};
 pub use future::ResponseFuture;
-pub use key::{key_fn, FnKey, KeyFn, ToolKey};
+pub use key::{key_fn, FixedKey, FnKey, KeyFn, ToolKey, UNNAMED_KEY};
 pub use layer::BreakerLayer;
 pub use registry::BreakerRegistry;
-pub use service::{Breaker, HalfOpenProbe};
+pub use service::Breaker;
 pub use shared::SharedOpenState;
 pub use state::BreakerStatus;

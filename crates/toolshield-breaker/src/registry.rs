@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
-use toolshield_core::config::Problems;
-use toolshield_core::hash::{FastHashMap, FastState};
-use toolshield_core::ConfigError;
+use toolshield_contract::config::Problems;
+use toolshield_contract::hash::{FastHashMap, FastState};
+use toolshield_contract::ConfigError;
 
 use crate::config::BreakerConfig;
 use crate::events::{BreakerEvent, CircuitState, EventHub, EvictedCounts, TransitionCount};
@@ -69,6 +69,7 @@ struct Inner {
 /// assert_eq!(registry.status("payments").unwrap().state, CircuitState::Closed);
 /// ```
 #[derive(Clone)]
+
 pub struct BreakerRegistry {
     inner: Arc<Inner>,
 }

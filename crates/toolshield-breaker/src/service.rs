@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use toolshield_core::{
+use toolshield_contract::{
     Classify, DefaultClassifier, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
 };
 use tower_service::Service;
@@ -16,10 +16,7 @@ use crate::key::{KeyFn, ToolKey};
 use crate::registry::BreakerRegistry;
 use crate::state::{BreakerState, TicketKind};
 
-/// The mark a half-open probe carries in its request extensions, for the layers inside
-/// and the tool (a probe may, say, skip a warm-up or be logged).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HalfOpenProbe;
+
 
 /// Per-key circuit breakers around a service; built by [`BreakerLayer`](crate::BreakerLayer).
 ///
@@ -67,14 +64,18 @@ impl<S, K, C> Breaker<S, K, C> {
     }
 
     #[inline]
-    fn lookup(&mut self, key: &str) -> Arc<BreakerState> {
-        if let Some(s) = &self.cached {
+    fn lookup(
+        registry: &BreakerRegistry,
+        cached: &mut Option<Arc<BreakerState>>,
+        key: &str,
+    ) -> Arc<BreakerState> {
+        if let Some(s) = cached {
             if &*s.key == key && s.touch() {
                 return Arc::clone(s);
             }
         }
-        let s = self.registry.get_or_insert(key);
-        self.cached = Some(Arc::clone(&s));
+        let s = registry.get_or_insert(key);
+        *cached = Some(Arc::clone(&s));
         s
     }
 }
@@ -134,7 +135,7 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         let key = self.key_fn.key(&req);
-        let state = self.lookup(&key);
+        let state = Self::lookup(&self.registry, &mut self.cached, &key);
         let ticket = match state.admit() {
             Ok(ticket) => ticket,
             Err(retry_after) => {
@@ -143,7 +144,9 @@ where
         };
         drop(key);
         if ticket.kind == TicketKind::Probe {
-            req.extensions_mut().insert(HalfOpenProbe);
+            if let Some(state) = req.call_state_mut() {
+                state.set_probe(true);
+            }
         }
         let started = state.slow_threshold_nanos().map(|_| state.now_nanos());
         let guard = CallGuard::new(state, ticket, started);

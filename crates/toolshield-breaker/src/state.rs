@@ -6,10 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use serde::Serialize;
+use std::time::SystemTime;
 use tokio::time::Instant;
-use toolshield_core::config::duration;
 
 use crate::config::{BreakerConfig, WindowConfig};
 use crate::events::{BreakerEvent, CircuitState, EventHub, EvictedCounts, TransitionReason};
@@ -85,6 +83,7 @@ fn bump(tally: &mut Tally, from: CircuitState, to: CircuitState) {
 /// What the breakers a registry no longer holds had counted, summed over keys: a fixed
 /// table, so keys that come and go cannot grow it.
 #[derive(Default)]
+
 struct Retired {
     rejections: u64,
     /// `[from][to]`, in the order of [`CircuitState::ALL`].
@@ -101,7 +100,7 @@ pub(crate) struct Core {
     /// Open-state shared by other processes; asked only by a closed breaker admitting a call.
     pub(crate) shared: std::sync::OnceLock<Arc<dyn crate::shared::SharedOpenState>>,
     base: Instant,
-    base_wall: DateTime<Utc>,
+    base_wall: SystemTime,
     slow_rate: Option<f64>,
 }
 
@@ -114,7 +113,7 @@ impl Core {
             retired: Mutex::new(Retired::default()),
             shared: std::sync::OnceLock::new(),
             base: Instant::now(),
-            base_wall: Utc::now(),
+            base_wall: SystemTime::now(),
         }
     }
 
@@ -155,9 +154,9 @@ impl Core {
         }
     }
 
-    fn wall(&self, nanos: u64) -> DateTime<Utc> {
-        let d = chrono::Duration::from_std(Duration::from_nanos(nanos)).unwrap_or_default();
-        self.base_wall + d
+    fn wall(&self, nanos: u64) -> SystemTime {
+        let d = Duration::from_nanos(nanos);
+        self.base_wall.checked_add(d).unwrap_or(self.base_wall)
     }
 }
 
@@ -197,6 +196,7 @@ enum Window {
 
 /// What the window holds after a record.
 #[derive(Clone, Copy, Default)]
+
 struct Snapshot {
     calls: u32,
     failures: u32,
@@ -442,6 +442,7 @@ impl Window {
 
 /// How an admitted call is to be recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+
 pub(crate) enum TicketKind {
     /// Admitted while closed: recorded into the window.
     Closed,
@@ -456,6 +457,7 @@ pub(crate) enum TicketKind {
 
 /// The admission of one call, remembered until its outcome is known.
 #[derive(Debug, Clone, Copy)]
+
 pub(crate) struct Ticket {
     pub(crate) epoch: u32,
     pub(crate) kind: TicketKind,
@@ -463,6 +465,7 @@ pub(crate) struct Ticket {
 
 /// The outcome of a call as the breaker records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+
 pub(crate) enum Record {
     Success { slow: bool },
     Failure { slow: bool },
@@ -879,7 +882,7 @@ impl BreakerState {
             .store(pack(epoch.wrapping_add(1), mode, to), Ordering::Release);
         bump(&mut tally, auto_state(from), auto_state(to));
         self.core.events.emit(BreakerEvent {
-            at: Utc::now(),
+            at: SystemTime::now(),
             key: Arc::clone(&self.key),
             from: auto_state(from),
             to: auto_state(to),
@@ -914,7 +917,7 @@ impl BreakerState {
             effective(new_mode, ST_CLOSED),
         );
         self.core.events.emit(BreakerEvent {
-            at: Utc::now(),
+            at: SystemTime::now(),
             key: Arc::clone(&self.key),
             from: effective(mode, state),
             to: effective(new_mode, ST_CLOSED),
@@ -973,6 +976,7 @@ impl BreakerState {
 
 /// A manual action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+
 pub(crate) enum Override {
     ForceOpen,
     ForceClosed,
@@ -981,7 +985,8 @@ pub(crate) enum Override {
 }
 
 /// What one breaker looks like now.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct BreakerStatus {
     /// The breaker key.
@@ -1003,10 +1008,11 @@ pub struct BreakerStatus {
     /// Failures in a row.
     pub consecutive_failures: u32,
     /// When the last counted failure happened (wall clock).
-    pub last_failure_at: Option<DateTime<Utc>>,
+    #[cfg_attr(feature = "serde", serde(serialize_with = "toolshield_contract::time::serialize_option"))]
+    pub last_failure_at: Option<SystemTime>,
     /// While open, how long until probes are admitted (zero once the wait is over: the
     /// next call moves the breaker to half-open).
-    #[serde(with = "duration::option")]
+    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration::option"))]
     pub time_until_half_open: Option<Duration>,
     /// Half-open probes running now.
     pub probes_in_flight: u32,

@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::time::advance;
 use toolshield_breaker::{
     key_fn, BreakerConfig, BreakerEvent, BreakerLayer, BreakerRegistry, CircuitState,
-    HalfOpenProbe, TransitionReason, WindowConfig,
+    TransitionReason, WindowConfig,
 };
 use toolshield_core::{ErrorKind, ShieldResponse, SlowCall, ToolError, ToolRequest, ToolResponse};
 use tower::{Layer, Service, ServiceExt};
@@ -39,7 +39,7 @@ impl Service<ToolRequest> for Tool {
 
     fn call(&mut self, req: ToolRequest) -> BoxFut {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        if req.extensions().get::<HalfOpenProbe>().is_some() {
+        if req.state().is_probe() {
             self.probes.fetch_add(1, Ordering::SeqCst);
         }
         let r = req.payload()["r"].as_str().unwrap_or("ok").to_owned();
@@ -723,13 +723,19 @@ async fn the_json_lines_log_holds_every_transition() {
     registry.reset("t");
 
     let text = std::fs::read_to_string(&path).unwrap();
-    let logged: Vec<BreakerEvent> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let logged: Vec<&str> = text.lines().collect();
     let seen = seen.lock().unwrap().clone();
     assert_eq!(logged.len(), 7);
-    assert_eq!(logged, seen, "the file holds exactly what the callback saw");
+    let expected: Vec<String> = seen.iter().map(|e| e.json_line()).collect();
+    assert_eq!(
+        logged,
+        expected.iter().map(|l| l.trim_end()).collect::<Vec<_>>(),
+        "the file holds exactly what the callback saw"
+    );
+    for line in &logged {
+        let parsed: serde_json::Value = serde_json::from_str(line).expect("each line is JSON");
+        assert!(parsed["at"].as_str().is_some_and(|at| at.ends_with('Z')));
+    }
     let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(first["key"], "t");
     assert_eq!(first["from"], "closed");

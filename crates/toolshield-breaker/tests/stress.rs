@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolshield_breaker::{
-    BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState, HalfOpenProbe, WindowConfig,
+    BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState, WindowConfig,
 };
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 use tower::{Layer, Service, ServiceExt};
@@ -38,7 +38,7 @@ impl Service<ToolRequest> for Flapping {
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        let probe = req.extensions().get::<HalfOpenProbe>().is_some();
+        let probe = req.state().is_probe();
         let (now, max) = (Arc::clone(&self.probes_now), Arc::clone(&self.probes_max));
         Box::pin(async move {
             if probe {

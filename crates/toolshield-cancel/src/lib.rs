@@ -4,7 +4,7 @@
 //! against everything inside: if the token is already cancelled the inner service is
 //! never called; if it fires during the call the inner future is dropped at once and the
 //! call fails with `CANCELLED`. The default classifier reports `CANCELLED` as
-//! [`Outcome::Cancelled`](toolshield_core::Outcome::Cancelled), so no breaker counts it
+//! [`Outcome::Cancelled`](toolshield_contract::Outcome::Cancelled), so no breaker counts it
 //! and no retry repeats it.
 //!
 //! In the default stack it sits just inside metrics and provenance, outside the deadline,
@@ -16,7 +16,7 @@
 //! ```
 //!
 //! The tool itself sees a child of the call token
-//! ([`ToolRequest::attempt_token`](toolshield_core::ToolRequest::attempt_token)), which
+//! ([`ToolRequest::attempt_token`](toolshield_contract::ToolRequest::attempt_token)), which
 //! fires with it.
 //!
 //! # Example
@@ -27,7 +27,7 @@
 //! use tokio_util::sync::CancellationToken;
 //! use tower::{service_fn, Layer, ServiceExt};
 //! use toolshield_cancel::CancelLayer;
-//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_contract::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -52,12 +52,13 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio_util::sync::WaitForCancellationFutureOwned;
-use toolshield_core::{CallTokens, ShieldRequest, ToolError};
+use toolshield_contract::{CallTokens, ShieldRequest, ToolError};
 use tower_layer::Layer;
 use tower_service::Service;
 
 /// Applies [`Cancel`] to a service. Has no configuration.
 #[derive(Debug, Clone, Copy, Default)]
+
 pub struct CancelLayer {
     _priv: (),
 }
@@ -79,6 +80,7 @@ impl<S> Layer<S> for CancelLayer {
 
 /// Checks the call token before calling the inner service and races it against the call.
 #[derive(Debug, Clone)]
+
 pub struct Cancel<S> {
     inner: S,
 }
@@ -128,7 +130,7 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let state = match req.call_tokens() {
+        let state = match req.call_state().map(|s| s.tokens().clone()) {
             Some(tokens) if tokens.call().is_cancelled() => State::Rejected,
             Some(tokens) => State::Racing {
                 inner: self.inner.call(req),

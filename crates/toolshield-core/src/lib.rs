@@ -7,9 +7,11 @@
 //! - [`Classify`] and [`Outcome`]: what a result means to retry and breaker.
 //! - [`ToolResult`]: the never-throw envelope an agent reads.
 //! - [`canonical`]: RFC 8785 canonical JSON and the SHA-256 keys built on it.
-//! - [`ShieldRequest`] and [`ShieldResponse`]: the small traits the generic layers use.
+//! - everything of `toolshield-contract` (the error, the call state, [`ShieldRequest`] and
+//!   [`ShieldResponse`], classification), re-exported.
 //!
-//! This crate sits under every layer; it has no middleware of its own.
+//! The layers that work on tool calls (cache, idempotency, validate, provenance, fallback)
+//! build on this crate; the generic layers need only `toolshield-contract`.
 //!
 //! # Example
 //!
@@ -32,33 +34,22 @@
 //! ```
 
 pub mod canonical;
-mod classify;
-pub mod config;
 mod envelope;
-mod error;
 #[cfg(feature = "testing")]
 pub mod faults;
-pub mod hash;
-pub mod http_impls;
 pub mod keys;
-mod kind;
-pub mod panic;
 mod request;
 mod response;
 pub mod size;
-mod tokens;
-mod traits;
+mod service;
+
+// The contract the generic layers share, re-exported whole: `toolshield_core::ToolError`
+// and `toolshield_contract::ToolError` are one type.
+pub use toolshield_contract::*;
+pub use toolshield_contract::{config, hash, http_impls, panic, time};
 
 pub use canonical::{cache_key, payload_digest, Digest};
-pub use classify::{Classify, DefaultClassifier, Failure, Outcome};
-pub use config::{ConfigError, ConfigProblem};
 pub use envelope::{ToolResult, ToolResultError, ToolStatus};
-pub use error::{ErrorKind, ToolError};
-pub use kind::CallKind;
 pub use request::{RequestMeta, ToolRequest};
-pub use response::{Provenance, SlowCall, ToolResponse};
-pub use tokens::{AttemptGuard, CallTokens};
-pub use traits::{InBandFailure, ShieldRequest, ShieldResponse, ToolService};
-
-/// A boxed error, for the edges that convert other crates' errors.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub use response::{Provenance, ToolResponse};
+pub use service::ToolService;

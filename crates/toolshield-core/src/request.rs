@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::canonical::{cache_key_from_digest, payload_digest, Digest};
-use crate::{CallKind, CallTokens, ErrorKind, ToolError};
+use crate::{CallKind, CallMeta, CallState, CallTokens, ErrorKind, ShieldRequest, ToolError};
 
 /// Who asked for a call and under which trace: shared by every clone of a request.
 #[derive(Debug, Clone)]
@@ -40,7 +40,6 @@ struct Shared {
     tool: Arc<str>,
     payload: Arc<Payload>,
     meta: RequestMeta,
-    tokens: CallTokens,
 }
 
 /// A call of a tool: what to call, with what, of which side-effect class, under which
@@ -72,15 +71,13 @@ struct Shared {
 /// ```
 pub struct ToolRequest {
     shared: Arc<Shared>,
-    // `None` until the caller (or the tool's configuration) declares it: `Mutating`.
-    kind: Option<CallKind>,
+    // Tokens, deadline, attempt, retry reason, and the kind: `None` until the caller (or
+    // the tool's configuration) declares it, which means `Mutating`.
+    state: CallState,
     idempotency_key: Option<Arc<str>>,
     execution_id: Uuid,
-    attempt: u32,
-    retry_reason: Option<ErrorKind>,
     // The configuration section that governs the call when it is not the tool's own.
     section: Option<Arc<str>>,
-    deadline: Option<Instant>,
     extensions: Extensions,
 }
 
@@ -100,15 +97,11 @@ impl ToolRequest {
                     run_id: None,
                     started_at: Utc::now(),
                 },
-                tokens: CallTokens::new(),
             }),
-            kind: None,
+            state: CallState::new(),
             idempotency_key: None,
             execution_id: Uuid::new_v4(),
-            attempt: 1,
-            retry_reason: None,
             section: None,
-            deadline: None,
             extensions: Extensions::new(),
         }
     }
@@ -117,7 +110,7 @@ impl ToolRequest {
 
     /// Sets the side-effect class.
     pub fn kind(mut self, kind: CallKind) -> Self {
-        self.kind = Some(kind);
+        self.state.set_kind(Some(kind));
         self
     }
 
@@ -147,13 +140,13 @@ impl ToolRequest {
 
     /// Uses the caller's cancellation token; the tool will see a child of it.
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
-        Arc::make_mut(&mut self.shared).tokens = CallTokens::with_call(token);
+        self.state.set_tokens(CallTokens::with_call(token));
         self
     }
 
     /// Sets a deadline for the whole call.
     pub fn deadline(mut self, deadline: Instant) -> Self {
-        self.deadline = Some(deadline);
+        self.state.replace_deadline(Some(deadline));
         self
     }
 
@@ -197,7 +190,7 @@ impl ToolRequest {
 
     /// The side-effect class.
     pub fn call_kind(&self) -> CallKind {
-        self.kind.unwrap_or_default()
+        self.state.kind().unwrap_or_default()
     }
 
     /// The side-effect class the request declares, if any (without one it is treated as
@@ -216,17 +209,18 @@ impl ToolRequest {
     /// assert_eq!(req.declared_kind(), Some(CallKind::Idempotent), "the stricter of the two");
     /// ```
     pub fn declared_kind(&self) -> Option<CallKind> {
-        self.kind
+        self.state.kind()
     }
 
     /// Applies the side-effect class a tool is configured with: a request that declares
     /// none takes `kind`; one that declares another keeps the stricter of the two
     /// ([`CallKind::stricter`]), so neither side can make a call less safe.
     pub fn apply_tool_kind(&mut self, kind: CallKind) {
-        self.kind = Some(match self.kind {
+        let kind = match self.state.kind() {
             Some(declared) => declared.stricter(kind),
             None => kind,
-        });
+        };
+        self.state.set_kind(Some(kind));
     }
 
     /// The idempotency key, given or derived.
@@ -247,18 +241,23 @@ impl ToolRequest {
 
     /// The attempt number, starting at 1.
     pub fn attempt(&self) -> u32 {
-        self.attempt
+        self.state.attempt()
     }
 
     /// Why the previous attempt failed (set by the retry layer on every attempt after the
     /// first); `None` on a first attempt.
     pub fn retry_reason(&self) -> Option<ErrorKind> {
-        self.retry_reason
+        self.state.retry_reason()
     }
 
     /// Records why the previous attempt failed.
     pub fn set_retry_reason(&mut self, kind: ErrorKind) {
-        self.retry_reason = Some(kind);
+        self.state.set_retry_reason(Some(kind));
+    }
+
+    /// The per-call state: tokens, deadline, attempt, retry reason, declared kind.
+    pub fn state(&self) -> &CallState {
+        &self.state
     }
 
     /// Caller, trace, run and start time.
@@ -268,40 +267,38 @@ impl ToolRequest {
 
     /// The call token: cancelling it cancels the whole call.
     pub fn call_token(&self) -> &CancellationToken {
-        self.shared.tokens.call()
+        self.state.tokens().call()
     }
 
     /// The attempt token: the child token the tool watches.
     pub fn attempt_token(&self) -> &CancellationToken {
-        self.shared.tokens.attempt()
+        self.state.tokens().attempt()
     }
 
     /// Both tokens, behind one `Arc` (cloning it takes no lock).
     pub fn call_tokens(&self) -> &CallTokens {
-        &self.shared.tokens
+        self.state.tokens()
     }
 
     /// Whether the caller has cancelled the call.
     pub fn is_cancelled(&self) -> bool {
-        self.shared.tokens.call().is_cancelled()
+        self.state.tokens().call().is_cancelled()
     }
 
     /// The deadline of the whole call, if any.
     pub fn deadline_at(&self) -> Option<Instant> {
-        self.deadline
+        self.state.deadline()
     }
 
     /// Sets the deadline, keeping an earlier one already set.
     pub fn set_deadline(&mut self, deadline: Instant) {
-        self.deadline = Some(match self.deadline {
-            Some(existing) if existing < deadline => existing,
-            _ => deadline,
-        });
+        self.state.set_deadline(deadline);
     }
 
     /// Time left before the deadline (zero once passed), or `None` without a deadline.
     pub fn remaining(&self) -> Option<Duration> {
-        self.deadline
+        self.state
+            .deadline()
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
@@ -332,11 +329,7 @@ impl ToolRequest {
     /// Starts attempt number `attempt`: a fresh execution id, and from the second attempt
     /// on a fresh attempt token (the previous one may have been cancelled by a timeout).
     pub fn begin_attempt(&mut self, attempt: u32) {
-        if attempt > 1 && attempt != self.attempt {
-            let next = self.shared.tokens.next_attempt();
-            Arc::make_mut(&mut self.shared).tokens = next;
-        }
-        self.attempt = attempt;
+        self.state.begin_attempt(attempt);
         self.execution_id = Uuid::new_v4();
     }
 }
@@ -345,13 +338,10 @@ impl Clone for ToolRequest {
     fn clone(&self) -> Self {
         ToolRequest {
             shared: Arc::clone(&self.shared),
-            kind: self.kind,
+            state: self.state.clone(),
             idempotency_key: self.idempotency_key.clone(),
             execution_id: self.execution_id,
-            attempt: self.attempt,
-            retry_reason: self.retry_reason,
             section: self.section.clone(),
-            deadline: self.deadline,
             extensions: self.extensions.clone(),
         }
     }
@@ -364,11 +354,41 @@ impl fmt::Debug for ToolRequest {
             .field("tool", &self.shared.tool)
             .field("kind", &self.call_kind())
             .field("execution_id", &self.execution_id)
-            .field("attempt", &self.attempt)
+            .field("attempt", &self.state.attempt())
             .field("has_idempotency_key", &self.idempotency_key.is_some())
             .field("trace_id", &self.shared.meta.trace_id)
-            .field("deadline", &self.deadline)
-            .field("cancelled", &self.shared.tokens.call().is_cancelled())
+            .field("deadline", &self.state.deadline())
+            .field("cancelled", &self.is_cancelled())
             .finish_non_exhaustive()
+    }
+}
+
+impl ShieldRequest for ToolRequest {
+    fn call_state(&self) -> Option<&CallState> {
+        Some(&self.state)
+    }
+    fn call_state_mut(&mut self) -> Option<&mut CallState> {
+        Some(&mut self.state)
+    }
+    fn call_name(&self) -> Option<&str> {
+        Some(self.tool())
+    }
+    fn call_kind(&self) -> Option<CallKind> {
+        Some(ToolRequest::call_kind(self))
+    }
+    fn call_idempotency_key(&self) -> Option<&str> {
+        self.get_idempotency_key()
+    }
+    fn call_meta(&self) -> CallMeta<'_> {
+        let meta = &self.shared.meta;
+        CallMeta::new(
+            meta.caller_id.as_deref(),
+            meta.trace_id.as_deref(),
+            meta.run_id.as_deref(),
+        )
+        .with_group(self.section.as_deref())
+    }
+    fn begin_attempt(&mut self, attempt: u32) {
+        ToolRequest::begin_attempt(self, attempt);
     }
 }

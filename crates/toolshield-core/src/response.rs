@@ -1,5 +1,4 @@
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use http::Extensions;
@@ -8,6 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::canonical::Digest;
+use crate::{ErrorKind, InBandFailure, ShieldResponse, SlowCall};
 
 /// Where a result came from. Every successful response carries one; the provenance
 /// layer fills in what the tool left blank.
@@ -91,11 +91,44 @@ impl PartialEq for ToolResponse {
     }
 }
 
-/// The mark the timeout layer leaves on a response that succeeded past the soft threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlowCall {
-    /// How long the attempt took.
-    pub elapsed: Duration,
-    /// The soft threshold it crossed.
-    pub threshold: Duration,
+impl ShieldResponse for ToolResponse {
+    fn in_band_failure(&self) -> Option<InBandFailure> {
+        self.is_error().then_some(InBandFailure {
+            kind: ErrorKind::ExecutionFailed,
+            retry_after: None,
+        })
+    }
+
+    fn mark_slow(&mut self, slow: SlowCall) {
+        self.provenance.slow = true;
+        self.extensions.insert(slow);
+    }
+
+    fn slow_call(&self) -> Option<SlowCall> {
+        self.extensions.get::<SlowCall>().copied()
+    }
+
+    fn set_attempts(&mut self, attempts: u32) {
+        self.provenance.attempts = attempts;
+    }
+
+    fn attempts(&self) -> Option<u32> {
+        Some(self.provenance.attempts)
+    }
+
+    fn is_slow(&self) -> bool {
+        self.provenance.slow || self.slow_call().is_some()
+    }
+
+    fn cache_hit(&self) -> bool {
+        self.provenance.cache_hit
+    }
+
+    fn unrecorded(&self) -> bool {
+        self.provenance.unrecorded
+    }
+
+    fn replayed(&self) -> bool {
+        self.provenance.replayed
+    }
 }

@@ -175,7 +175,7 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         // The kind decides what a connection lost after sending becomes.
-        let kind = req.call_kind();
+        let kind = req.call_kind().unwrap_or_default();
         HttpErrorFuture {
             inner: self.inner.call(req),
             kind,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ShieldResponse};
-use toolshield_http::{http_method_kind, http_status_kind, HttpCallState, HttpRoute, RetryAfter};
+use toolshield_http::{http_method_kind, http_status_kind, HttpRoute, RetryAfter};
 
 #[test]
 fn methods_map_to_call_kinds() {
@@ -67,10 +67,10 @@ fn the_key_is_the_host_unless_a_route_is_set() {
     let mut req = Request::get("http://api.example.com:8080/users/7")
         .body(())
         .unwrap();
-    assert_eq!(req.tool(), "api.example.com");
+    assert_eq!(req.call_name(), Some("api.example.com"));
     req.extensions_mut()
         .insert(HttpRoute::new("GET /users/{id}"));
-    assert_eq!(req.tool(), "GET /users/{id}");
+    assert_eq!(req.call_name(), Some("GET /users/{id}"));
 }
 
 #[test]
@@ -79,42 +79,44 @@ fn the_idempotency_key_is_the_header_and_the_kind_can_be_overridden() {
         .header("Idempotency-Key", "order-1")
         .body(())
         .unwrap();
-    assert_eq!(req.get_idempotency_key(), Some("order-1"));
-    assert_eq!(req.call_kind(), CallKind::Mutating);
+    assert_eq!(req.call_idempotency_key(), Some("order-1"));
+    assert_eq!(req.call_kind(), Some(CallKind::Mutating));
     req.extensions_mut()
-        .insert(HttpCallState::new().with_kind(CallKind::Idempotent));
-    assert_eq!(req.call_kind(), CallKind::Idempotent);
+        .insert(toolshield_core::CallState::new().with_kind(CallKind::Idempotent));
+    assert_eq!(req.call_kind(), Some(CallKind::Idempotent));
     let plain = Request::post("http://x/orders").body(()).unwrap();
-    assert_eq!(plain.get_idempotency_key(), None);
+    assert_eq!(plain.call_idempotency_key(), None);
 }
 
 #[tokio::test(start_paused = true)]
 async fn attempts_get_fresh_tokens_and_deadlines_only_shrink() {
     let mut req = Request::get("http://x/").body(()).unwrap();
-    assert_eq!(req.attempt(), 1);
-    assert!(req.call_tokens().is_none());
+    assert!(req.call_state().is_none(), "no state until a layer writes one");
     req.begin_attempt(1);
-    let first = req.attempt_token().unwrap().clone();
-    let call = req.call_token().unwrap().clone();
+    let state = |r: &Request<()>| r.call_state().cloned().unwrap();
+    assert_eq!(state(&req).attempt(), 1);
+    let first = state(&req).tokens().attempt().clone();
+    let call = state(&req).tokens().call().clone();
     req.begin_attempt(2);
-    assert_eq!(req.attempt(), 2);
+    assert_eq!(state(&req).attempt(), 2);
     first.cancel();
     assert!(
-        !req.attempt_token().unwrap().is_cancelled(),
+        !state(&req).tokens().attempt().is_cancelled(),
         "a fresh attempt token"
     );
     call.cancel();
     assert!(
-        req.attempt_token().unwrap().is_cancelled(),
+        state(&req).tokens().attempt().is_cancelled(),
         "a child of the call token"
     );
 
     let now = tokio::time::Instant::now();
-    req.set_deadline(now + Duration::from_secs(5));
-    req.set_deadline(now + Duration::from_secs(9));
-    assert_eq!(req.deadline_at(), Some(now + Duration::from_secs(5)));
-    req.set_deadline(now + Duration::from_secs(1));
-    assert_eq!(req.deadline_at(), Some(now + Duration::from_secs(1)));
+    let s = req.call_state_mut().unwrap();
+    s.set_deadline(now + Duration::from_secs(5));
+    s.set_deadline(now + Duration::from_secs(9));
+    assert_eq!(s.deadline(), Some(now + Duration::from_secs(5)));
+    s.set_deadline(now + Duration::from_secs(1));
+    assert_eq!(s.deadline(), Some(now + Duration::from_secs(1)));
 }
 
 #[test]

@@ -77,7 +77,7 @@ async fn a_blank_idempotency_key_is_no_key() {
             "api",
             json!({"method": "POST", "url": "http://x/", "headers": {"Idempotency-Key": blank}}),
         );
-        assert_eq!(req.get_idempotency_key(), None, "{blank:?}");
+        assert_eq!(req.call_idempotency_key(), None, "{blank:?}");
     }
 
     // Without derived keys a blank key makes the POST keyless: sent once, and the blank
@@ -140,7 +140,7 @@ async fn one_key_under_two_spellings_is_sent_once() {
         "headers": {"Idempotency-Key": "k-1", "idempotency-key": "k-1"},
     });
     let req = http_tool_request("api", payload);
-    assert_eq!(req.get_idempotency_key(), Some("k-1"));
+    assert_eq!(req.call_idempotency_key(), Some("k-1"));
     shield("")
         .wrap("api", HttpTool::new())
         .oneshot(req)
@@ -158,11 +158,11 @@ fn a_raw_request_with_a_blank_or_ambiguous_key_header_has_no_key() {
         }
         b.body(()).unwrap()
     };
-    assert_eq!(req(&["k"]).get_idempotency_key(), Some("k"));
-    assert_eq!(req(&["k", "k"]).get_idempotency_key(), Some("k"));
-    assert_eq!(req(&["  "]).get_idempotency_key(), None);
-    assert_eq!(req(&["", "k"]).get_idempotency_key(), Some("k"));
-    assert_eq!(req(&["a", "b"]).get_idempotency_key(), None);
+    assert_eq!(req(&["k"]).call_idempotency_key(), Some("k"));
+    assert_eq!(req(&["k", "k"]).call_idempotency_key(), Some("k"));
+    assert_eq!(req(&["  "]).call_idempotency_key(), None);
+    assert_eq!(req(&["", "k"]).call_idempotency_key(), Some("k"));
+    assert_eq!(req(&["a", "b"]).call_idempotency_key(), None);
 }
 
 #[tokio::test]

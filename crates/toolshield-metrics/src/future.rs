@@ -28,15 +28,14 @@ fn facts<Res: ShieldResponse>(result: &Result<Res, ToolError>) -> Facts {
     match result {
         Ok(res) => {
             let failure = res.in_band_failure().map(|f| f.kind);
-            let prov = res.provenance();
             Facts {
                 status: failure.map_or(Status::Success, Status::of_kind),
                 failure,
-                attempts: prov.map_or(1, |p| p.attempts.max(1)),
-                cache_hit: prov.is_some_and(|p| p.cache_hit),
-                replayed: prov.is_some_and(|p| p.replayed),
-                unrecorded: prov.is_some_and(|p| p.unrecorded),
-                slow: res.slow_call().is_some() || prov.is_some_and(|p| p.slow),
+                attempts: res.attempts().map_or(1, |a| a.max(1)),
+                cache_hit: res.cache_hit(),
+                replayed: res.replayed(),
+                unrecorded: res.unrecorded(),
+                slow: res.is_slow(),
             }
         }
         Err(e) => Facts {

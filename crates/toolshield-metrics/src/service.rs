@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::time::Instant;
-use toolshield_core::{CallKind, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_core::{CallKind, CallMeta, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 use tracing::field::Empty;
 use tracing::Span;
@@ -41,6 +41,15 @@ impl<S> Metrics<S> {
     }
 }
 
+/// The name of a request that names nothing (a plain value).
+const UNNAMED: &str = "default";
+
+/// The name a call is counted under: its group (all tools of one server), else its own
+/// name; names the exporter does not know are counted as `other`.
+fn label<'a, Req: ShieldRequest>(req: &'a Req, meta: &CallMeta<'a>) -> &'a str {
+    meta.group.or_else(|| req.call_name()).unwrap_or(UNNAMED)
+}
+
 impl<S, Req> Service<Req> for Metrics<S>
 where
     S: Service<Req>,
@@ -58,16 +67,16 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
-        let tool = shared.tools.index(req.settings_name());
-        let read_only = req.call_kind() == CallKind::ReadOnly;
+        let meta = req.call_meta();
+        let tool = shared.tools.index(label(&req, &meta));
+        let read_only = req.call_kind() == Some(CallKind::ReadOnly);
         let span = if shared.spans {
-            let meta = req.request_meta();
             tracing::info_span!(
                 target: "toolshield",
                 "tool_execution",
-                tool = req.tool(),
-                trace_id = meta.and_then(|m| m.trace_id.as_deref()),
-                run_id = meta.and_then(|m| m.run_id.as_deref()),
+                tool = req.call_name().unwrap_or(UNNAMED),
+                trace_id = meta.trace_id,
+                run_id = meta.run_id,
                 attempts = Empty,
                 outcome = Empty,
                 cache_hit = Empty,
@@ -131,10 +140,13 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
-        let tool = shared.tools.index(req.settings_name());
-        let attempt = req.attempt();
+        let tool = shared.tools.index(label(&req, &req.call_meta()));
+        let state = req.call_state();
+        let attempt = state.map_or(1, |s| s.attempt());
         if attempt > 1 {
-            shared.retries(tool, req.retry_reason()).increment(1);
+            shared
+                .retries(tool, state.and_then(|s| s.retry_reason()))
+                .increment(1);
         }
         let span = if shared.spans {
             tracing::info_span!(

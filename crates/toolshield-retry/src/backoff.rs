@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use toolshield_core::config::{Problems, MAX_DURATION};
+use toolshield_contract::config::{Problems, MAX_DURATION};
 
 /// Decides the wait before a retry. Replace it with
 /// [`RetryLayer::with_backoff`](crate::RetryLayer::with_backoff).
@@ -27,8 +26,9 @@ where
 }
 
 /// How much randomness an exponential backoff adds to its nominal wait `d`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Jitter {
     /// Uniform in `[0, d]` (AWS "full jitter"): the best spread, the default.
     #[default]
@@ -51,40 +51,41 @@ pub enum Jitter {
 /// ).unwrap();
 /// assert_eq!(b, BackoffStrategy::default());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "strategy", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "strategy", rename_all = "snake_case", deny_unknown_fields))]
 pub enum BackoffStrategy {
     /// `min(cap, base × factor^(retry − 1))`, then jittered.
     Exponential {
         /// The nominal wait before the first retry.
-        #[serde(with = "toolshield_core::config::duration")]
+        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
         base: Duration,
         /// The growth factor (at least 1).
         factor: f64,
         /// The longest nominal wait.
-        #[serde(with = "toolshield_core::config::duration")]
+        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
         cap: Duration,
         /// The jitter applied to the nominal wait.
-        #[serde(default)]
+        #[cfg_attr(feature = "serde", serde(default))]
         jitter: Jitter,
     },
     /// AWS "decorrelated jitter": `min(cap, uniform[base, 3 × previous])`, starting from
     /// `base`.
     Decorrelated {
         /// The shortest wait, and the starting point.
-        #[serde(with = "toolshield_core::config::duration")]
+        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
         base: Duration,
         /// The longest wait.
-        #[serde(with = "toolshield_core::config::duration")]
+        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
         cap: Duration,
     },
     /// Uniform in `[min, max]` before every retry.
     Fixed {
         /// The shortest wait.
-        #[serde(with = "toolshield_core::config::duration")]
+        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
         min: Duration,
         /// The longest wait.
-        #[serde(with = "toolshield_core::config::duration")]
+        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
         max: Duration,
     },
     /// Retry at once.

@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use toolshield_core::config::Problems;
-use toolshield_core::ConfigError;
+use toolshield_contract::config::Problems;
+use toolshield_contract::ConfigError;
 
 use crate::BackoffStrategy;
 
@@ -22,8 +21,9 @@ use crate::BackoffStrategy;
 /// assert_eq!(cfg.backoff, BackoffStrategy::fixed_range(Duration::from_millis(200), Duration::from_millis(500)));
 /// assert!(cfg.validate().is_ok());
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct RetryConfig {
     /// Attempts in total, the first included (1 = no retry). Default 3.
     pub max_attempts: u32,
@@ -31,17 +31,17 @@ pub struct RetryConfig {
     /// full jitter.
     pub backoff: BackoffStrategy,
     /// The wait after a `RATE_LIMITED` error that carries no `retry_after`. Default 30 s.
-    #[serde(with = "toolshield_core::config::duration")]
+    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
     pub rate_limit_backoff: Duration,
     /// The longest `retry_after` a failure may ask for and still be retried. A longer one
     /// (a `Retry-After: 86400`) ends the call at once with that error, its `retry_after`
     /// kept for the caller and the model. Default 60 s.
-    #[serde(with = "toolshield_core::config::duration")]
+    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
     pub max_retry_after: Duration,
     /// The least time that must be left before the call's deadline when a retry would
     /// start; with less, the retry is not started and the last error is returned.
     /// Without a deadline it has no effect. Default 100 ms.
-    #[serde(with = "toolshield_core::config::duration")]
+    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
     pub min_attempt_time: Duration,
     /// The retry budget shared by every clone of the layer.
     pub budget: BudgetConfig,
@@ -79,8 +79,9 @@ impl RetryConfig {
 }
 
 /// Configuration of the [`RetryBudget`](crate::RetryBudget).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct BudgetConfig {
     /// Whether retries are limited by a budget at all. Default true.
     pub enabled: bool,

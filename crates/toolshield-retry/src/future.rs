@@ -8,8 +8,8 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
-use toolshield_core::config::{deadline_after, MAX_DURATION};
-use toolshield_core::{
+use toolshield_contract::config::{deadline_after, MAX_DURATION};
+use toolshield_contract::{
     AttemptGuard, Classify, ErrorKind, Failure, Outcome, ShieldRequest, ShieldResponse, ToolError,
 };
 use tower_service::Service;
@@ -208,7 +208,9 @@ where
     let Some(request) = request else {
         return Next::Done;
     };
-    if request.call_token().is_some_and(|t| t.is_cancelled()) {
+    if request
+        .call_state()
+        .is_some_and(|s| s.tokens().call().is_cancelled()) {
         shared.stats.record_cancelled();
         return Next::Cancelled;
     }
@@ -218,7 +220,7 @@ where
         (Some(wait), _) if wait.min(MAX_DURATION) > shared.max_retry_after => {
             shared.stats.record_retry_after_refusal();
             not_started(
-                request.tool(),
+                request.call_name().unwrap_or(""),
                 attempt,
                 Some(wait),
                 failure.kind,
@@ -235,7 +237,7 @@ where
     // A peer's Retry-After or a custom backoff may be anything: never wait longer than
     // any configured duration may be.
     let wait = wait.min(MAX_DURATION);
-    if let Some(deadline) = request.deadline_at() {
+    if let Some(deadline) = request.call_state().and_then(|s| s.deadline()) {
         // The retry must start with time left: at least `min_attempt_time`, and never
         // none at all (a wait ending exactly at the deadline).
         let left = Instant::now()
@@ -245,7 +247,7 @@ where
         if !enough {
             shared.stats.record_deadline_refusal();
             not_started(
-                request.tool(),
+                request.call_name().unwrap_or(""),
                 attempt,
                 Some(wait),
                 failure.kind,
@@ -258,7 +260,7 @@ where
         if !budget.try_withdraw() {
             shared.stats.record_budget_refusal();
             not_started(
-                request.tool(),
+                request.call_name().unwrap_or(""),
                 attempt,
                 None,
                 failure.kind,
@@ -270,7 +272,7 @@ where
     shared.stats.record_retry(failure.kind);
     tracing::info!(
         target: "toolshield::retry",
-        tool = request.tool(),
+        tool = request.call_name().unwrap_or(""),
         attempt,
         wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
         code = failure.kind.code(),
@@ -317,7 +319,10 @@ where
                             *this.reason = Some(kind);
                             if this.cancelled.is_none() {
                                 let token =
-                                    this.request.as_ref().and_then(|r| r.call_token()).cloned();
+                                    this.request
+                                        .as_ref()
+                                        .and_then(|r| r.call_state())
+                                        .map(|s| s.tokens().call().clone());
                                 if let Some(token) = token {
                                     *this.cancelled = Some(Box::pin(token.cancelled_owned()));
                                 }
@@ -371,9 +376,13 @@ where
                     *this.attempt = next_attempt;
                     request.begin_attempt(next_attempt);
                     if let Some(kind) = *this.reason {
-                        request.set_retry_reason(kind);
+                        if let Some(state) = request.call_state_mut() {
+                            state.set_retry_reason(Some(kind));
+                        }
                     }
-                    *this.guard = request.call_tokens().map(|t| t.guard_attempt());
+                    *this.guard = request
+                        .call_state()
+                        .map(|s| s.tokens().clone().guard_attempt());
                     let future = this.service.call(request);
                     if let Some(token) = this.token.take() {
                         token.spend();

@@ -2,8 +2,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolshield_core::config::MAX_DURATION;
-use toolshield_core::{ConfigError, DefaultClassifier};
+use toolshield_contract::config::MAX_DURATION;
+use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
 use crate::{Backoff, Retry, RetryBudget, RetryConfig, RetryStats};
@@ -30,7 +30,7 @@ pub(crate) struct Shared<P> {
 ///
 /// let layer = RetryLayer::from_config(RetryConfig { max_attempts: 5, ..Default::default() })?;
 /// assert_eq!(layer.max_attempts(), 5);
-/// # Ok::<(), toolshield_core::ConfigError>(())
+/// # Ok::<(), toolshield_contract::ConfigError>(())
 /// ```
 pub struct RetryLayer<P = DefaultClassifier> {
     classifier: P,
@@ -112,7 +112,7 @@ impl<P> RetryLayer<P> {
     /// Replaces the backoff with a built-in strategy or a custom [`Backoff`].
     ///
     /// Whatever it returns, a wait (like a `retry_after` from the tool) is cut to
-    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION), and a retry whose wait
+    /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION), and a retry whose wait
     /// would end past the call's deadline is not started.
     pub fn with_backoff(mut self, backoff: impl Backoff + 'static) -> Self {
         self.backoff = Arc::new(backoff);
@@ -122,7 +122,7 @@ impl<P> RetryLayer<P> {
     /// The longest `retry_after` a failure may ask for and still be retried (default
     /// 60 s). A failure asking for longer ends the call at once with its error, which
     /// keeps its `retry_after`. Clamped to
-    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION).
+    /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION).
     #[must_use]
     pub fn with_max_retry_after(mut self, max: Duration) -> Self {
         self.max_retry_after = max.min(MAX_DURATION);
@@ -131,7 +131,7 @@ impl<P> RetryLayer<P> {
 
     /// The least time that must be left before the deadline for a retry to start
     /// (default 100 ms); with less, the last error is returned. Clamped to
-    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION).
+    /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION).
     #[must_use]
     pub fn with_min_attempt_time(mut self, min: Duration) -> Self {
         self.min_attempt_time = min.min(MAX_DURATION);

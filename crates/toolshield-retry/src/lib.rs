@@ -2,14 +2,14 @@
 //! budget, deadline-aware, safe for mutations.
 //!
 //! [`RetryLayer`] wraps any `Service<Req>` whose request implements
-//! [`ShieldRequest`](toolshield_core::ShieldRequest) (a [`ToolRequest`](toolshield_core::ToolRequest),
+//! [`ShieldRequest`](toolshield_contract::ShieldRequest) (a [`ToolRequest`](toolshield_contract::ToolRequest),
 //! and later an `http::Request`) and whose response implements
-//! [`ShieldResponse`](toolshield_core::ShieldResponse). A failed call is tried again when:
+//! [`ShieldResponse`](toolshield_contract::ShieldResponse). A failed call is tried again when:
 //!
-//! - the [classifier](toolshield_core::Classify) says the failure is retriable (by
+//! - the [classifier](toolshield_contract::Classify) says the failure is retriable (by
 //!   default `TIMEOUT`, `RATE_LIMITED`, `CONNECTION_FAILED`, `UPSTREAM_UNAVAILABLE`);
 //! - attempts are left (3 in total by default);
-//! - the call is not a [`Mutating`](toolshield_core::CallKind::Mutating) one without an
+//! - the call is not a [`Mutating`](toolshield_contract::CallKind::Mutating) one without an
 //!   idempotency key;
 //! - the wait ends before the request's deadline, if it has one;
 //! - the [`RetryBudget`] shared by every clone of the layer has a token (retries add at
@@ -31,7 +31,7 @@
 //! use std::sync::atomic::{AtomicU32, Ordering};
 //! use std::sync::Arc;
 //! use serde_json::json;
-//! use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_contract::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
 //! use toolshield_retry::{BackoffStrategy, RetryLayer};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!

@@ -2,7 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use toolshield_core::{CallKind, Classify, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_contract::{CallKind, Classify, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -87,8 +87,11 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         // A mutating call without an idempotency key is never repeated: keep no copy.
+        // A request that states no kind (a plain value) is retried as tower's `Retry`
+        // would: the policy decides.
         let may_retry = self.shared.max_attempts > 1
-            && !(req.call_kind() == CallKind::Mutating && req.get_idempotency_key().is_none());
+            && !(req.call_kind() == Some(CallKind::Mutating)
+                && req.call_idempotency_key().is_none());
         let retry_req = may_retry.then(|| req.clone());
         if let Some(budget) = &self.shared.budget {
             budget.deposit();

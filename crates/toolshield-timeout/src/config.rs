@@ -1,8 +1,7 @@
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use toolshield_core::config::{duration, Problems};
-use toolshield_core::ConfigError;
+use toolshield_contract::config::{Problems};
+use toolshield_contract::ConfigError;
 
 /// Timeouts of a call: per attempt, soft threshold, and an optional whole-call budget.
 ///
@@ -14,18 +13,19 @@ use toolshield_core::ConfigError;
 /// assert_eq!(cfg.attempt, Duration::from_secs(4));
 /// assert!(cfg.validate().is_ok());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct TimeoutConfig {
     /// Hard limit of one attempt; fresh for each retry. Default 30 s.
-    #[serde(with = "duration")]
+    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
     pub attempt: Duration,
     /// Soft threshold: a success slower than this is marked slow, not failed. Default 2 s;
     /// `null` turns it off.
-    #[serde(with = "duration::option")]
+    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration::option"))]
     pub soft: Option<Duration>,
     /// Budget of the whole call, retries and backoff included. Default off.
-    #[serde(with = "duration::option")]
+    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration::option"))]
     pub total: Option<Duration>,
 }
 
@@ -41,7 +41,7 @@ impl Default for TimeoutConfig {
 
 impl TimeoutConfig {
     /// Every problem with this configuration: zero or unbounded durations (each at most
-    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION)), a soft threshold not below
+    /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION)), a soft threshold not below
     /// the attempt timeout, an attempt timeout longer than the total deadline.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
-use toolshield_core::{AttemptGuard, ShieldResponse, SlowCall, ToolError};
+use toolshield_contract::{AttemptGuard, ShieldResponse, SlowCall, ToolError};
 
 /// Which limit a [`ResponseFuture`] enforces, for the error message.
 #[derive(Debug, Clone, Copy)]
+
 pub(crate) enum Expiry {
     Attempt(Duration),
     Total(Duration),

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
-use toolshield_core::config::MAX_DURATION;
-use toolshield_core::ConfigError;
+use toolshield_contract::config::MAX_DURATION;
+use toolshield_contract::ConfigError;
 use tower_layer::Layer;
 
 use crate::{Deadline, Timeout, TimeoutConfig};
@@ -10,6 +10,7 @@ use crate::{Deadline, Timeout, TimeoutConfig};
 ///
 /// Configuration only; see [`Timeout`] for the behaviour.
 #[derive(Debug, Clone, Copy)]
+
 pub struct TimeoutLayer {
     pub(crate) attempt: Duration,
     pub(crate) soft: Option<Duration>,
@@ -29,7 +30,7 @@ impl TimeoutLayer {
         }
     }
 
-    /// Marks a success slower than `soft` as slow ([`SlowCall`](toolshield_core::SlowCall)).
+    /// Marks a success slower than `soft` as slow ([`SlowCall`](toolshield_contract::SlowCall)).
     /// A `soft` longer than [`MAX_DURATION`] is clamped to it.
     #[must_use]
     pub fn soft_threshold(mut self, soft: Duration) -> Self {
@@ -58,6 +59,7 @@ impl<S> Layer<S> for TimeoutLayer {
 /// Gives the whole call a deadline, written on the request so the layers inside (retry)
 /// can see how much time is left.
 #[derive(Debug, Clone, Copy)]
+
 pub struct DeadlineLayer {
     pub(crate) total: Duration,
 }

@@ -14,8 +14,8 @@
 //! On expiry the inner future is dropped at once (the tool's work is aborted), the
 //! request's attempt token is cancelled (the tool may watch it), and the error is
 //! `TIMEOUT`. A success slower than the soft threshold carries a
-//! [`SlowCall`](toolshield_core::SlowCall) mark (and `provenance.slow` on a
-//! [`ToolResponse`](toolshield_core::ToolResponse)); the breaker counts it towards its
+//! [`SlowCall`](toolshield_contract::SlowCall) mark (and `provenance.slow` on a
+//! [`ToolResponse`](toolshield_contract::ToolResponse)); the breaker counts it towards its
 //! slow-call rate.
 //!
 //! # Example
@@ -24,7 +24,7 @@
 //! use std::time::Duration;
 //! use serde_json::json;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
-//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_contract::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 //! use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]

@@ -2,8 +2,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use toolshield_core::config::{deadline_after, MAX_DURATION};
-use toolshield_core::{ShieldRequest, ShieldResponse, ToolError};
+use toolshield_contract::config::{deadline_after, MAX_DURATION};
+use toolshield_contract::{CallState, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
 use crate::future::{Expiry, ResponseFuture};
@@ -12,15 +12,16 @@ use crate::TimeoutLayer;
 /// A per-attempt timeout that also enforces the request's deadline.
 ///
 /// Each call of the inner service gets `attempt` to finish, or less when the request's
-/// deadline ([`ShieldRequest::deadline_at`], set by the caller or by [`Deadline`]) comes
+/// deadline ([`CallState::deadline`], set by the caller or by [`Deadline`]) comes
 /// first: the attempt is cut at `min(now + attempt, deadline)`, and a request whose
 /// deadline has passed fails with `TIMEOUT` without reaching the inner service. When a
 /// retry layer sits outside, every attempt gets a fresh budget. On expiry the inner future is dropped at
 /// once (the work is aborted), the request's attempt token is cancelled (so a tool that
 /// spawned work elsewhere sees it), and the call fails with `TIMEOUT`. A success slower
-/// than the soft threshold is marked with a [`SlowCall`](toolshield_core::SlowCall) and
+/// than the soft threshold is marked with a [`SlowCall`](toolshield_contract::SlowCall) and
 /// still succeeds.
 #[derive(Debug, Clone)]
+
 pub struct Timeout<S> {
     inner: S,
     attempt: Duration,
@@ -73,7 +74,8 @@ where
         let attempt_end = deadline_after(start, self.attempt);
         // The request's deadline is enforced here too, so it holds in every stack with an
         // attempt timeout, whether or not a total deadline is configured.
-        let (expires, expiry) = match req.deadline_at() {
+        let state = req.call_state();
+        let (expires, expiry) = match state.and_then(CallState::deadline) {
             Some(deadline) if deadline < attempt_end => (deadline, Expiry::Request),
             _ => (attempt_end, Expiry::Attempt(self.attempt)),
         };
@@ -82,7 +84,7 @@ where
                 "deadline passed before the attempt started",
             ));
         }
-        let guard = req.call_tokens().map(|t| t.guard_attempt());
+        let guard = state.map(|s| s.tokens().clone().guard_attempt());
         ResponseFuture::running(
             self.inner.call(req),
             expires,
@@ -102,6 +104,7 @@ where
 /// service. On expiry the inner future is dropped, the attempt token it was given is
 /// cancelled, and the call fails with `TIMEOUT`.
 #[derive(Debug, Clone)]
+
 pub struct Deadline<S> {
     inner: S,
     total: Duration,
@@ -150,14 +153,24 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         let start = Instant::now();
-        req.set_deadline(deadline_after(start, self.total));
-        let deadline = req.deadline_at().unwrap_or(start);
+        let own = deadline_after(start, self.total);
+        // Written on the request where it has room, so the layers inside (retry, the
+        // attempt timeout) see it; an earlier deadline already there is kept.
+        let (deadline, guard) = match req.call_state_mut() {
+            Some(state) => {
+                state.set_deadline(own);
+                (
+                    state.deadline().unwrap_or(own),
+                    Some(state.tokens().clone().guard_attempt()),
+                )
+            }
+            None => (own, None),
+        };
         if deadline <= start {
             return ResponseFuture::failed(ToolError::timeout(
                 "deadline passed before the call started",
             ));
         }
-        let guard = req.call_tokens().map(|t| t.guard_attempt());
         ResponseFuture::running(
             self.inner.call(req),
             deadline,

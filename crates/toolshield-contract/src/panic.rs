@@ -20,8 +20,8 @@
 //!
 //! ```
 //! use std::future::poll_fn;
-//! use toolshield_core::panic::{is_panic, CatchPanicLayer};
-//! use toolshield_core::{ErrorKind, ToolError};
+//! use toolshield_contract::panic::{is_panic, CatchPanicLayer};
+//! use toolshield_contract::{ErrorKind, ToolError};
 //! use tower_service::Service;
 //!
 //! #[derive(Clone)]

@@ -1,4 +1,3 @@
-use serde::{Deserialize, Serialize};
 
 /// The side-effect class of a tool: it decides what the layers may do with a call.
 ///
@@ -7,8 +6,9 @@ use serde::{Deserialize, Serialize};
 /// | [`ReadOnly`](CallKind::ReadOnly) | yes | yes |
 /// | [`Idempotent`](CallKind::Idempotent) | no | yes |
 /// | [`Mutating`](CallKind::Mutating) | no | only with an idempotency key |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum CallKind {
     /// Reads only: safe to cache and to retry.
     ReadOnly,
@@ -40,7 +40,7 @@ impl CallKind {
     /// treated as when its request and its tool's configuration disagree.
     ///
     /// ```
-    /// use toolshield_core::CallKind;
+    /// use toolshield_contract::CallKind;
     ///
     /// assert_eq!(CallKind::ReadOnly.stricter(CallKind::Mutating), CallKind::Mutating);
     /// assert_eq!(CallKind::Idempotent.stricter(CallKind::ReadOnly), CallKind::Idempotent);

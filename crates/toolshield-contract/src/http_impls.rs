@@ -2,10 +2,10 @@
 //! so the generic layers (timeout, cancel, retry, breaker, metrics) wrap HTTP clients.
 //!
 //! The per-call state an HTTP request has no field for (cancellation tokens, deadline,
-//! attempt number, an explicit [`CallKind`]) lives in one small [`HttpCallState`] in the
-//! request's extensions, created on first write. The rest is read from the request itself:
+//! attempt number, an explicit [`CallKind`]) lives in one [`CallState`] in the request's
+//! extensions, created on first write. The rest is read from the request itself:
 //!
-//! - the key ([`ShieldRequest::tool`]) is the URI host, or the [`HttpRoute`] extension
+//! - the name ([`ShieldRequest::call_name`]) is the URI host, or the [`HttpRoute`] extension
 //!   when one is set (a route template such as `GET /users/{id}`);
 //! - the [`CallKind`] follows the method ([`http_method_kind`]) unless the state says
 //!   otherwise;
@@ -19,62 +19,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Extensions, Method, StatusCode};
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use http::{Method, StatusCode};
 
-use crate::{
-    CallKind, CallTokens, ErrorKind, InBandFailure, ShieldRequest, ShieldResponse, SlowCall,
-};
+use crate::{CallKind, CallState, ErrorKind, InBandFailure, ShieldRequest, ShieldResponse, SlowCall};
 
 /// The `Idempotency-Key` header name (IETF draft `httpapi-idempotency-key-header`).
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
-
-/// The per-call state of an HTTP request, kept in its extensions.
-#[derive(Debug, Clone)]
-pub struct HttpCallState {
-    tokens: CallTokens,
-    deadline: Option<Instant>,
-    attempt: u32,
-    retry_reason: Option<ErrorKind>,
-    kind: Option<CallKind>,
-}
-
-impl Default for HttpCallState {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl HttpCallState {
-    /// Fresh state: new tokens, no deadline, attempt 1, kind from the method.
-    pub fn new() -> Self {
-        HttpCallState {
-            tokens: CallTokens::new(),
-            deadline: None,
-            attempt: 1,
-            retry_reason: None,
-            kind: None,
-        }
-    }
-
-    /// Uses the caller's cancellation token for the call.
-    pub fn with_call_token(mut self, token: CancellationToken) -> Self {
-        self.tokens = CallTokens::with_call(token);
-        self
-    }
-
-    /// Overrides the side-effect class the method implies.
-    pub fn with_kind(mut self, kind: CallKind) -> Self {
-        self.kind = Some(kind);
-        self
-    }
-
-    /// The tokens of the call.
-    pub fn tokens(&self) -> &CallTokens {
-        &self.tokens
-    }
-}
 
 /// A route template that keys breakers and metrics instead of the host: insert it in
 /// the request's extensions (`req.extensions_mut().insert(HttpRoute::new("GET /users/{id}"))`).
@@ -147,26 +97,31 @@ fn retry_after_seconds(value: &[u8]) -> Option<Duration> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryAfter(pub Duration);
 
-fn state_mut(ext: &mut Extensions) -> &mut HttpCallState {
-    ext.get_or_insert_with(HttpCallState::new)
-}
-
 impl<B> ShieldRequest for http::Request<B> {
-    fn tool(&self) -> &str {
+    fn call_state(&self) -> Option<&CallState> {
+        self.extensions().get::<CallState>()
+    }
+
+    fn call_state_mut(&mut self) -> Option<&mut CallState> {
+        Some(self.extensions_mut().get_or_insert_with(CallState::new))
+    }
+
+    fn call_name(&self) -> Option<&str> {
         if let Some(route) = self.extensions().get::<HttpRoute>() {
-            return route.as_str();
+            return Some(route.as_str());
         }
-        self.uri().host().unwrap_or("http")
+        Some(self.uri().host().unwrap_or("http"))
     }
 
-    fn call_kind(&self) -> CallKind {
-        self.extensions()
-            .get::<HttpCallState>()
-            .and_then(|s| s.kind)
-            .unwrap_or_else(|| http_method_kind(self.method()))
+    fn call_kind(&self) -> Option<CallKind> {
+        Some(
+            self.call_state()
+                .and_then(CallState::kind)
+                .unwrap_or_else(|| http_method_kind(self.method())),
+        )
     }
 
-    fn get_idempotency_key(&self) -> Option<&str> {
+    fn call_idempotency_key(&self) -> Option<&str> {
         // Blank is no key; two different values are no key either (which one would the
         // server dedupe on?), so such a request is never repeated.
         let mut values = self
@@ -177,68 +132,6 @@ impl<B> ShieldRequest for http::Request<B> {
             .filter(|k| !k.trim().is_empty());
         let key = values.next()?;
         values.all(|other| other == key).then_some(key)
-    }
-
-    fn call_token(&self) -> Option<&CancellationToken> {
-        self.extensions()
-            .get::<HttpCallState>()
-            .map(|s| s.tokens.call())
-    }
-
-    fn attempt_token(&self) -> Option<&CancellationToken> {
-        self.extensions()
-            .get::<HttpCallState>()
-            .map(|s| s.tokens.attempt())
-    }
-
-    fn call_tokens(&self) -> Option<CallTokens> {
-        self.extensions()
-            .get::<HttpCallState>()
-            .map(|s| s.tokens.clone())
-    }
-
-    fn deadline_at(&self) -> Option<Instant> {
-        self.extensions()
-            .get::<HttpCallState>()
-            .and_then(|s| s.deadline)
-    }
-
-    fn set_deadline(&mut self, deadline: Instant) {
-        let state = state_mut(self.extensions_mut());
-        state.deadline = Some(match state.deadline {
-            Some(earlier) if earlier < deadline => earlier,
-            _ => deadline,
-        });
-    }
-
-    fn attempt(&self) -> u32 {
-        self.extensions()
-            .get::<HttpCallState>()
-            .map_or(1, |s| s.attempt.max(1))
-    }
-
-    fn begin_attempt(&mut self, attempt: u32) {
-        let state = state_mut(self.extensions_mut());
-        state.tokens = state.tokens.next_attempt();
-        state.attempt = attempt;
-    }
-
-    fn retry_reason(&self) -> Option<ErrorKind> {
-        self.extensions()
-            .get::<HttpCallState>()
-            .and_then(|s| s.retry_reason)
-    }
-
-    fn set_retry_reason(&mut self, kind: ErrorKind) {
-        state_mut(self.extensions_mut()).retry_reason = Some(kind);
-    }
-
-    fn extensions(&self) -> &Extensions {
-        http::Request::extensions(self)
-    }
-
-    fn extensions_mut(&mut self) -> &mut Extensions {
-        http::Request::extensions_mut(self)
     }
 }
 

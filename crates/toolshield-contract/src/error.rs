@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 
 /// The closed set of canonical error codes.
 ///
@@ -12,8 +11,9 @@ use serde::{Deserialize, Serialize};
 /// the [`ToolResult`](crate::ToolResult) envelope and the admin API, and knows whether
 /// it may be retried ([`ErrorKind::is_retriable`]) and whether it counts as a failure
 /// for a circuit breaker ([`ErrorKind::counts_for_breaker`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "SCREAMING_SNAKE_CASE"))]
 #[non_exhaustive]
 pub enum ErrorKind {
     /// The attempt or the whole call ran out of time.
@@ -46,11 +46,14 @@ pub enum ErrorKind {
     StoreUnavailable,
     /// A defect inside toolshield.
     Internal,
+    /// Too many calls in flight: the call was turned away before it started (tower's
+    /// `LoadShed`, a full bulkhead). Retriable; says nothing about the tool's health.
+    Overloaded,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 16] = [
         ErrorKind::Timeout,
         ErrorKind::RateLimited,
         ErrorKind::CircuitOpen,
@@ -66,6 +69,7 @@ impl ErrorKind {
         ErrorKind::OutcomeUnknown,
         ErrorKind::StoreUnavailable,
         ErrorKind::Internal,
+        ErrorKind::Overloaded,
     ];
 
     /// The stable code, e.g. `RATE_LIMITED`.
@@ -86,6 +90,7 @@ impl ErrorKind {
             ErrorKind::OutcomeUnknown => "OUTCOME_UNKNOWN",
             ErrorKind::StoreUnavailable => "STORE_UNAVAILABLE",
             ErrorKind::Internal => "INTERNAL",
+            ErrorKind::Overloaded => "OVERLOADED",
         }
     }
 
@@ -104,6 +109,7 @@ impl ErrorKind {
                 | ErrorKind::RateLimited
                 | ErrorKind::ConnectionFailed
                 | ErrorKind::UpstreamUnavailable
+                | ErrorKind::Overloaded
         )
     }
 
@@ -140,6 +146,7 @@ impl ErrorKind {
             ErrorKind::OutcomeUnknown => format!("The call to `{tool}` may or may not have taken effect. Check its effect before calling again."),
             ErrorKind::StoreUnavailable => format!("The tool `{tool}` cannot be called safely right now. Try again later."),
             ErrorKind::Internal => format!("The call to `{tool}` failed inside the tool layer. Try again later, or use another approach."),
+            ErrorKind::Overloaded => format!("The tool `{tool}` is busy with other calls. Try again in a moment, or use another tool."),
         }
     }
 }
@@ -339,28 +346,101 @@ impl StdError for ToolError {
     }
 }
 
-impl From<std::io::Error> for ToolError {
-    fn from(e: std::io::Error) -> Self {
-        use std::io::ErrorKind as Io;
-        let kind = match e.kind() {
-            Io::TimedOut => ErrorKind::Timeout,
-            Io::ConnectionRefused
-            | Io::ConnectionReset
-            | Io::ConnectionAborted
-            | Io::NotConnected
-            | Io::BrokenPipe
-            | Io::AddrNotAvailable
-            | Io::UnexpectedEof => ErrorKind::ConnectionFailed,
-            Io::NotFound => ErrorKind::NotFound,
-            Io::PermissionDenied => ErrorKind::Unauthorized,
-            Io::InvalidInput | Io::InvalidData => ErrorKind::InvalidInput,
-            Io::Interrupted => ErrorKind::Cancelled,
-            _ => ErrorKind::ExecutionFailed,
+impl ToolError {
+    /// Classifies a boxed error from an inner service (tower middleware, hyper, reqwest)
+    /// by what it holds, looking down its chain of sources:
+    ///
+    /// | found | kind |
+    /// |---|---|
+    /// | a `ToolError` (boxed by tower's `Buffer`, say) | that error, unchanged |
+    /// | tower's `timeout::error::Elapsed`, tokio's `time::error::Elapsed` | `TIMEOUT` |
+    /// | tower's `load_shed::error::Overloaded` | `OVERLOADED` |
+    /// | a `std::io::Error` | by its kind: refused, reset, aborted, broken pipe `CONNECTION_FAILED`, timed out `TIMEOUT`, ... |
+    /// | anything else | `EXECUTION_FAILED` |
+    ///
+    /// The error is kept as the source. To classify your own errors differently, convert
+    /// them before they reach a layer (`From<YourError> for ToolError`, or tower's
+    /// `MapErr` innermost).
+    pub fn from_boxed(error: crate::BoxError) -> ToolError {
+        let error = match error.downcast::<ToolError>() {
+            Ok(tool_error) => return *tool_error,
+            Err(error) => error,
         };
-        ToolError::from_source(kind, e)
+        let mut kind = ErrorKind::ExecutionFailed;
+        let mut current: Option<&(dyn StdError + 'static)> = Some(&*error);
+        while let Some(e) = current {
+            if let Some(inner) = e.downcast_ref::<ToolError>() {
+                return inner.clone();
+            }
+            if e.is::<tower::timeout::error::Elapsed>() || e.is::<tokio::time::error::Elapsed>() {
+                kind = ErrorKind::Timeout;
+                break;
+            }
+            if e.is::<tower::load_shed::error::Overloaded>() {
+                kind = ErrorKind::Overloaded;
+                break;
+            }
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                kind = io_kind(io.kind());
+                break;
+            }
+            current = e.source();
+        }
+        ToolError {
+            kind,
+            message: Cow::Owned(error.to_string()),
+            retry_after: None,
+            attempts: 0,
+            elapsed: None,
+            source: Some(Arc::from(error)),
+        }
     }
 }
 
+impl From<crate::BoxError> for ToolError {
+    fn from(error: crate::BoxError) -> Self {
+        ToolError::from_boxed(error)
+    }
+}
+
+impl From<tower::timeout::error::Elapsed> for ToolError {
+    fn from(e: tower::timeout::error::Elapsed) -> Self {
+        ToolError::from_source(ErrorKind::Timeout, e)
+    }
+}
+
+impl From<tower::load_shed::error::Overloaded> for ToolError {
+    fn from(e: tower::load_shed::error::Overloaded) -> Self {
+        ToolError::from_source(ErrorKind::Overloaded, e)
+    }
+}
+
+fn io_kind(kind: std::io::ErrorKind) -> ErrorKind {
+    use std::io::ErrorKind as Io;
+    match kind {
+        Io::TimedOut => ErrorKind::Timeout,
+        Io::ConnectionRefused
+        | Io::ConnectionReset
+        | Io::ConnectionAborted
+        | Io::NotConnected
+        | Io::BrokenPipe
+        | Io::AddrNotAvailable
+        | Io::UnexpectedEof => ErrorKind::ConnectionFailed,
+        Io::NotFound => ErrorKind::NotFound,
+        Io::PermissionDenied => ErrorKind::Unauthorized,
+        Io::InvalidInput | Io::InvalidData => ErrorKind::InvalidInput,
+        Io::Interrupted => ErrorKind::Cancelled,
+        _ => ErrorKind::ExecutionFailed,
+    }
+}
+
+impl From<std::io::Error> for ToolError {
+    fn from(e: std::io::Error) -> Self {
+        ToolError::from_source(io_kind(e.kind()), e)
+    }
+}
+
+#[cfg(feature = "serde_json")]
 impl From<serde_json::Error> for ToolError {
     fn from(e: serde_json::Error) -> Self {
         ToolError::from_source(ErrorKind::InvalidInput, e)

@@ -76,7 +76,7 @@ impl std::error::Error for ConfigError {}
 /// Collects problems while validating.
 ///
 /// ```
-/// use toolshield_core::config::Problems;
+/// use toolshield_contract::config::Problems;
 ///
 /// let (min, max) = (900, 500);
 /// let mut problems = Problems::new();
@@ -121,8 +121,8 @@ impl Problems {
             field,
             format_args!(
                 "{} is longer than the longest duration accepted ({})",
-                humantime_serde::re::humantime::format_duration(d),
-                humantime_serde::re::humantime::format_duration(MAX_DURATION)
+                HumanDuration(d),
+                HumanDuration(MAX_DURATION)
             ),
         );
     }
@@ -164,8 +164,40 @@ pub fn deadline_after(now: tokio::time::Instant, d: std::time::Duration) -> toki
         .unwrap_or(now)
 }
 
+/// A duration as people write it in config files: `366d`, `1h 30m`, `250ms`.
+struct HumanDuration(std::time::Duration);
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.0.as_secs();
+        let millis = self.0.subsec_millis();
+        let parts = [
+            (secs / 86_400, "d"),
+            (secs / 3600 % 24, "h"),
+            (secs / 60 % 60, "m"),
+            (secs % 60, "s"),
+            (u64::from(millis), "ms"),
+        ];
+        let mut first = true;
+        for (value, unit) in parts {
+            if value > 0 {
+                if !first {
+                    f.write_str(" ")?;
+                }
+                write!(f, "{value}{unit}")?;
+                first = false;
+            }
+        }
+        if first {
+            write!(f, "{:?}", self.0)?;
+        }
+        Ok(())
+    }
+}
+
 /// Serde for `Duration` as human-readable text (`"30s"`, `"500ms"`, `"1h"`), for config
-/// files: `#[serde(with = "toolshield_core::config::duration")]`.
+/// files: `#[serde(with = "toolshield_contract::config::duration")]` (feature `serde`).
+#[cfg(feature = "serde")]
 pub mod duration {
     pub use humantime_serde::{deserialize, serialize};
 

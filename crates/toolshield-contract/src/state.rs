@@ -1,0 +1,163 @@
+//! [`CallState`]: the per-call state the generic layers share, carried by the request.
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{CallKind, CallTokens, ErrorKind};
+
+/// What the generic layers know about one logical call, carried by the request (a field
+/// of `ToolRequest`, an entry in the extensions of `http::Request`): the cancellation
+/// tokens, the deadline, the attempt number, why the previous attempt failed, and a
+/// side-effect class that overrides what the request type implies.
+///
+/// The layers read it through [`ShieldRequest::call_state`](crate::ShieldRequest::call_state)
+/// and write it through [`ShieldRequest::call_state_mut`](crate::ShieldRequest::call_state_mut).
+/// A request type with no room for it simply has none: deadlines, cancellation tokens and
+/// attempt numbers are then absent for that type (a timeout still times out, a retry
+/// still retries).
+///
+/// Cheap to clone: the tokens sit behind one `Arc`.
+///
+/// ```
+/// use toolshield_contract::{CallKind, CallState};
+///
+/// let mut state = CallState::new().with_kind(CallKind::ReadOnly);
+/// assert_eq!(state.attempt(), 1);
+/// let first = state.tokens().attempt().clone();
+/// state.begin_attempt(2);
+/// assert!(!first.is_cancelled(), "starting an attempt cancels nothing");
+/// assert!(state.tokens().attempt().clone().is_cancelled() == false);
+/// assert_eq!(state.attempt(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct CallState {
+    tokens: CallTokens,
+    deadline: Option<Instant>,
+    attempt: u32,
+    retry_reason: Option<ErrorKind>,
+    kind: Option<CallKind>,
+    probe: bool,
+}
+
+impl Default for CallState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CallState {
+    /// Fresh state: new tokens, no deadline, attempt 1, no kind override.
+    pub fn new() -> Self {
+        Self::with_tokens(CallTokens::new())
+    }
+
+    /// Fresh state around existing tokens.
+    pub fn with_tokens(tokens: CallTokens) -> Self {
+        CallState {
+            tokens,
+            deadline: None,
+            attempt: 1,
+            retry_reason: None,
+            kind: None,
+            probe: false,
+        }
+    }
+
+    /// Uses the caller's cancellation token for the call (the attempts get children of it).
+    #[must_use]
+    pub fn with_call_token(mut self, token: CancellationToken) -> Self {
+        self.tokens = CallTokens::with_call(token);
+        self
+    }
+
+    /// Sets the side-effect class, overriding what the request type implies.
+    #[must_use]
+    pub fn with_kind(mut self, kind: CallKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// Sets a deadline for the whole call.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The call and attempt tokens.
+    pub fn tokens(&self) -> &CallTokens {
+        &self.tokens
+    }
+
+    /// Replaces the tokens (a request builder taking the caller's token).
+    pub fn set_tokens(&mut self, tokens: CallTokens) {
+        self.tokens = tokens;
+    }
+
+    /// The deadline of the whole call, if one is set.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Sets the deadline, keeping an earlier one already set: a layer can shorten the
+    /// call's budget, never lengthen it.
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = Some(match self.deadline {
+            Some(earlier) if earlier < deadline => earlier,
+            _ => deadline,
+        });
+    }
+
+    /// Replaces the deadline (or clears it), whatever was set before.
+    pub fn replace_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// The attempt number, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt.max(1)
+    }
+
+    /// Starts attempt `attempt`: from the second attempt on, a fresh attempt token (a
+    /// child of the same call token: the previous one may have been cancelled by a
+    /// timeout). Starting the attempt the state is already at changes nothing.
+    pub fn begin_attempt(&mut self, attempt: u32) {
+        if attempt > 1 && attempt != self.attempt {
+            self.tokens = self.tokens.next_attempt();
+        }
+        self.attempt = attempt;
+        self.probe = false;
+    }
+
+    /// Why the previous attempt failed; `None` on a first attempt.
+    pub fn retry_reason(&self) -> Option<ErrorKind> {
+        self.retry_reason
+    }
+
+    /// Records why the previous attempt failed (the retry layer sets it on the copy it
+    /// sends as the next attempt).
+    pub fn set_retry_reason(&mut self, kind: Option<ErrorKind>) {
+        self.retry_reason = kind;
+    }
+
+    /// The side-effect class set on the state, if any.
+    pub fn kind(&self) -> Option<CallKind> {
+        self.kind
+    }
+
+    /// Sets (or clears) the side-effect class.
+    pub fn set_kind(&mut self, kind: Option<CallKind>) {
+        self.kind = kind;
+    }
+
+    /// Whether a circuit breaker admitted this attempt as a half-open probe.
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+
+    /// Marks the attempt as a half-open probe (the breaker does, on the request it passes
+    /// on); a fresh attempt ([`begin_attempt`](Self::begin_attempt)) clears the mark.
+    pub fn set_probe(&mut self, probe: bool) {
+        self.probe = probe;
+    }
+}

@@ -1,0 +1,256 @@
+//! The two small traits the generic layers (timeout, deadline, cancel, retry, breaker,
+//! metrics) ask of requests and responses. Every method has a default, so a type opts in
+//! with one line and gets exactly what it can carry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{CallKind, CallState, ErrorKind};
+
+/// Who made a call and under which trace, for spans and logs. Borrowed from the request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallMeta<'a> {
+    /// The caller (an agent, a user, a tenant).
+    pub caller: Option<&'a str>,
+    /// The distributed trace the call belongs to.
+    pub trace_id: Option<&'a str>,
+    /// The agent run the call belongs to.
+    pub run_id: Option<&'a str>,
+    /// The name metrics count the call under when it is not the call's own name (every
+    /// tool of one MCP server under the server's name).
+    pub group: Option<&'a str>,
+}
+
+impl<'a> CallMeta<'a> {
+    /// The ids of a call (each may be absent).
+    pub fn new(caller: Option<&'a str>, trace_id: Option<&'a str>, run_id: Option<&'a str>) -> Self {
+        CallMeta {
+            caller,
+            trace_id,
+            run_id,
+            group: None,
+        }
+    }
+
+    /// The same ids, counted under `group`.
+    #[must_use]
+    pub fn with_group(mut self, group: Option<&'a str>) -> Self {
+        self.group = group;
+        self
+    }
+}
+
+/// What a generic layer asks of a request: only what its concern needs, each with a
+/// default, so any type can be a request.
+///
+/// | method | used by | when the type has none |
+/// |---|---|---|
+/// | [`call_state`](Self::call_state) / [`call_state_mut`](Self::call_state_mut) | timeout, deadline, cancel, retry, metrics | no deadline carried between layers, no cancellation tokens, attempts not numbered on the request |
+/// | [`call_name`](Self::call_name) | breaker (default key), metrics (label) | the layer's own name |
+/// | [`call_kind`](Self::call_kind) | retry (a mutation without a key is never repeated) | unknown: retried like an idempotent call, as tower's `Retry` does |
+/// | [`call_idempotency_key`](Self::call_idempotency_key) | retry | none |
+/// | [`call_meta`](Self::call_meta) | metrics (span fields) | no ids |
+/// | [`begin_attempt`](Self::begin_attempt) | retry | the state's, if any |
+///
+/// Implemented for `ToolRequest` (every method), `http::Request<B>` (feature `http`: the
+/// state lives in its extensions, the name is the host, the kind follows the method, the
+/// key is the `Idempotency-Key` header), `serde_json::Value` (feature `serde_json`), and
+/// for plain values with no per-call state: `String`, `&str`, `Box<str>`, `Arc<str>`,
+/// `Vec<T>`, `bytes::Bytes`, `()`, `bool`, numbers and tuples of up to four of them.
+/// Your own type opts in with one line (the defaults), or overrides what it can carry:
+///
+/// ```
+/// use toolshield_contract::{CallKind, ShieldRequest};
+///
+/// #[derive(Clone)]
+/// struct Query(String);
+/// impl ShieldRequest for Query {}
+///
+/// #[derive(Clone)]
+/// struct Transfer { amount: u64, key: String }
+/// impl ShieldRequest for Transfer {
+///     fn call_name(&self) -> Option<&str> { Some("transfer") }
+///     fn call_kind(&self) -> Option<CallKind> { Some(CallKind::Mutating) }
+///     fn call_idempotency_key(&self) -> Option<&str> { Some(&self.key) }
+/// }
+/// # let _ = (Query(String::new()), Transfer { amount: 1, key: "k".into() }.amount);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a request type the toolshield layers know",
+    label = "`{Self}` does not implement `ShieldRequest`",
+    note = "opt in with one line: `impl toolshield_contract::ShieldRequest for {Self} {{}}` (every method has a default); a foreign type needs a newtype, or the `http`/`serde_json` feature if it is one of those"
+)]
+pub trait ShieldRequest {
+    /// The per-call state, if the request carries one.
+    fn call_state(&self) -> Option<&CallState> {
+        None
+    }
+
+    /// The per-call state, created on first use where the type has room for one; `None`
+    /// where it has not (then deadlines and tokens are simply absent).
+    fn call_state_mut(&mut self) -> Option<&mut CallState> {
+        None
+    }
+
+    /// The name the call is known by: the tool, or the host of an HTTP request. The
+    /// breaker keys on it by default and metrics label with it.
+    fn call_name(&self) -> Option<&str> {
+        None
+    }
+
+    /// The side-effect class, when the request knows it. The state's override
+    /// ([`CallState::kind`]) comes first.
+    fn call_kind(&self) -> Option<CallKind> {
+        self.call_state().and_then(CallState::kind)
+    }
+
+    /// The idempotency key the call carries, if any.
+    fn call_idempotency_key(&self) -> Option<&str> {
+        None
+    }
+
+    /// Caller, trace and run ids, for spans and logs.
+    fn call_meta(&self) -> CallMeta<'_> {
+        CallMeta::default()
+    }
+
+    /// Starts attempt `attempt` on the copy the retry layer sends next: by default a
+    /// fresh attempt token in the state ([`CallState::begin_attempt`]). A type with an id
+    /// per attempt renews it here too.
+    fn begin_attempt(&mut self, attempt: u32) {
+        if let Some(state) = self.call_state_mut() {
+            state.begin_attempt(attempt);
+        }
+    }
+}
+
+/// A failure reported inside a successful response (an MCP `isError`, an HTTP 503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InBandFailure {
+    /// The kind the failure maps to.
+    pub kind: ErrorKind,
+    /// The wait the response asked for (an HTTP `Retry-After`).
+    pub retry_after: Option<Duration>,
+}
+
+/// The mark the timeout layer leaves on a response that succeeded past the soft threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowCall {
+    /// How long the attempt took.
+    pub elapsed: Duration,
+    /// The soft threshold it crossed.
+    pub threshold: Duration,
+}
+
+/// What a generic layer asks of a response; every method has a default.
+///
+/// Implemented for `ToolResponse`, `http::Response<B>` (feature `http`: the status is
+/// classified, `Retry-After` read), `serde_json::Value` (feature `serde_json`) and the
+/// plain types [`ShieldRequest`] lists. Your own type opts in with one line.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a response type the toolshield layers know",
+    label = "`{Self}` does not implement `ShieldResponse`",
+    note = "opt in with one line: `impl toolshield_contract::ShieldResponse for {Self} {{}}` (every method has a default)"
+)]
+pub trait ShieldResponse {
+    /// A failure the response carries in-band, if any (counted by the breaker, retried
+    /// by retry like an error of that kind).
+    fn in_band_failure(&self) -> Option<InBandFailure> {
+        None
+    }
+
+    /// Marks the response as a slow success. The default keeps no mark (the slow call is
+    /// still logged and counted).
+    fn mark_slow(&mut self, slow: SlowCall) {
+        let _ = slow;
+    }
+
+    /// The slow-call mark, if the timeout layer left one.
+    fn slow_call(&self) -> Option<SlowCall> {
+        None
+    }
+
+    /// Records how many attempts the retry layer made (1 when the first one succeeded).
+    fn set_attempts(&mut self, attempts: u32) {
+        let _ = attempts;
+    }
+
+    /// How many attempts produced the response, when it says.
+    fn attempts(&self) -> Option<u32> {
+        None
+    }
+
+    /// Whether the response is a slow success: by default, whether it carries the
+    /// timeout's mark.
+    fn is_slow(&self) -> bool {
+        self.slow_call().is_some()
+    }
+
+    /// Whether the response was served from a cache (metrics count hits apart).
+    fn cache_hit(&self) -> bool {
+        false
+    }
+
+    /// Whether the response was replayed from an idempotency record.
+    fn replayed(&self) -> bool {
+        false
+    }
+
+    /// Whether the outcome could not be recorded for deduplication (an idempotency store
+    /// that failed after the tool ran).
+    fn unrecorded(&self) -> bool {
+        false
+    }
+}
+
+macro_rules! plain {
+    ($($ty:ty),* $(,)?) => {
+        $(
+            impl ShieldRequest for $ty {}
+            impl ShieldResponse for $ty {}
+        )*
+    };
+}
+
+plain!(
+    String,
+    &str,
+    Box<str>,
+    Arc<str>,
+    bytes::Bytes,
+    (),
+    bool,
+    char,
+    u8,
+    u16,
+    u32,
+    u64,
+    u128,
+    usize,
+    i8,
+    i16,
+    i32,
+    i64,
+    i128,
+    isize,
+    f32,
+    f64,
+);
+
+impl<T> ShieldRequest for Vec<T> {}
+impl<T> ShieldResponse for Vec<T> {}
+
+macro_rules! tuples {
+    ($(($($name:ident),+)),* $(,)?) => {
+        $(
+            impl<$($name),+> ShieldRequest for ($($name,)+) {}
+            impl<$($name),+> ShieldResponse for ($($name,)+) {}
+        )*
+    };
+}
+
+tuples!((A), (A, B), (A, B, C), (A, B, C, D));
+
+#[cfg(feature = "serde_json")]
+plain!(serde_json::Value);
