@@ -75,3 +75,10 @@ impl<S, K: Clone, C: Clone> Layer<S> for BreakerLayer<K, C> {
         )
     }
 }
+
+impl Default for BreakerLayer {
+    /// A layer over a new registry with the default configuration.
+    fn default() -> Self {
+        Self::new(BreakerRegistry::default())
+    }
+}

@@ -15,6 +15,9 @@ use tower::{Layer, Service};
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
+/// The allocator counts every thread: the tests of this file measure one at a time.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[derive(Clone)]
 struct Ready2;
 
@@ -51,6 +54,7 @@ where
 
 #[test]
 fn the_closed_path_does_not_allocate() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -113,6 +117,7 @@ fn the_closed_path_does_not_allocate() {
 
 #[test]
 fn a_new_key_on_a_full_registry_does_not_allocate() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

@@ -24,6 +24,7 @@
 //! - `http`: `http::Request<B>` and `http::Response<B>` as requests and responses.
 //! - `serde`: `Serialize`/`Deserialize` for [`ErrorKind`] and [`CallKind`], and the
 //!   duration format of configuration files ([`config::duration`]).
+//! - `hash`: the seeded hash maps of the breaker registry and the stores (module `hash`).
 //! - `serde_json`: `serde_json::Value` as a request and response, and
 //!   `From<serde_json::Error>` for [`ToolError`].
 //!
@@ -46,6 +47,7 @@ mod error;
 #[cfg(feature = "http")]
 pub mod http_impls;
 mod kind;
+#[cfg(feature = "hash")]
 pub mod hash;
 pub mod panic;
 mod state;

@@ -160,7 +160,7 @@ impl Shared {
     }
 
     /// `code` is the failure that made the retry layer start this attempt
-    /// ([`ShieldRequest::retry_reason`](toolshield_core::ShieldRequest::retry_reason)),
+    /// ([`CallState::retry_reason`](toolshield_core::CallState::retry_reason)),
     /// `UNKNOWN` for a request type that does not carry it.
     pub(crate) fn retries(&self, tool: usize, kind: Option<ErrorKind>) -> &Counter {
         match kind {

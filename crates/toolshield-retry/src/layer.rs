@@ -44,6 +44,21 @@ pub struct RetryLayer<P = DefaultClassifier> {
 }
 
 impl RetryLayer {
+    /// The defaults ([`RetryLayer::default`]) with `max_attempts` attempts in all, the
+    /// first included (at least 1), as tower's layers take their one argument.
+    ///
+    /// ```
+    /// use toolshield_retry::RetryLayer;
+    ///
+    /// assert_eq!(RetryLayer::new(5).max_attempts(), 5);
+    /// ```
+    pub fn new(max_attempts: u32) -> Self {
+        RetryLayer {
+            max_attempts: max_attempts.max(1),
+            ..RetryLayer::default()
+        }
+    }
+
     /// A layer from a configuration, after [`RetryConfig::validate`]: an invalid
     /// configuration is an error listing every problem.
     pub fn from_config(config: RetryConfig) -> Result<Self, ConfigError> {
