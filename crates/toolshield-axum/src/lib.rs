@@ -1,5 +1,6 @@
-//! An axum router for operating toolshield: `/healthz`, `/metrics` and the breaker admin
-//! API, to merge into your own app.
+//! toolshield for axum: a router for operating toolshield (`/healthz`, `/metrics` and the
+//! breaker admin API) to merge into your own app, and a layer that lets the toolshield
+//! layers protect your own handlers.
 //!
 //! - `GET /healthz` runs the registered checks concurrently, each under its own timeout,
 //!   and answers `200 {"status":"ok","components":{...},"failing":[]}` when every core
@@ -19,6 +20,12 @@
 //! of a stack in one call ([`BreakerRegistries`]): `.breakers(shield.breakers())` for a
 //! shield built from a configuration, or a single registry.
 //!
+//! Protecting handlers: [`ToolErrorResponseLayer`] answers the errors of the layers around a
+//! handler (breaker, timeout) with an HTTP status ([`status_for`]), a `Retry-After` where it
+//! applies, and a JSON body ([`error_response`]); [`MatchedPathKey`] gives each route its own
+//! breaker and [`HandlerClassifier`] counts only a handler's 5xx and errors. See the
+//! layer's example and `docs/axum.md`.
+//!
 //! # Example
 //!
 //! ```
@@ -37,11 +44,17 @@
 //! ```
 
 mod admin;
+mod error_response;
+mod handler;
 mod health;
 mod registries;
 mod router;
+mod status;
 
 pub use admin::{AdminAction, ALL_KEYS};
+pub use error_response::{ResponseFuture, ToolErrorResponse, ToolErrorResponseLayer};
+pub use handler::{HandlerClassifier, MatchedPathKey, UNMATCHED_ROUTE_KEY};
 pub use health::{CheckFuture, Component, ComponentStatus, HealthCheck, HealthReport, Importance};
 pub use registries::{BreakerRegistries, DEFAULT_REGISTRY};
 pub use router::{ShieldRouter, ADMIN_TOKEN_ENV, DEFAULT_CHECK_TIMEOUT};
+pub use status::{error_response, status_for};

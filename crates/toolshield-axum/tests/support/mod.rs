@@ -23,6 +23,7 @@ pub struct Answer {
     pub content_type: String,
     pub body: String,
     pub www_authenticate: Option<String>,
+    pub retry_after: Option<String>,
 }
 
 impl Answer {
@@ -56,10 +57,12 @@ pub async fn request(method: &'static str, url: String, token: Option<&str>) -> 
         };
         let content_type = header("content-type").unwrap_or_default();
         let www_authenticate = header("www-authenticate");
+        let retry_after = header("retry-after");
         Answer {
             status: resp.status().as_u16(),
             content_type,
             www_authenticate,
+            retry_after,
             body: resp.body_mut().read_to_string().unwrap(),
         }
     })
