@@ -5,6 +5,7 @@
 //! classified (`Elapsed` is `TIMEOUT`, `Overloaded` is `OVERLOADED`).
 
 use std::fmt::Debug;
+use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,14 +37,19 @@ fn tool() -> impl Service<
     ToolRequest,
     Response = ToolResponse,
     Error = ToolError,
-    Future = impl Send + 'static,
+    Future = impl Future<Output = Result<ToolResponse, ToolError>> + Send + 'static,
 > + Clone
        + Send
        + 'static {
     service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!("ok"))) })
 }
 
-fn plain() -> impl Service<String, Response = String, Error = BoxError, Future = impl Send + 'static>
+fn plain() -> impl Service<
+    String,
+    Response = String,
+    Error = BoxError,
+    Future = impl Future<Output = Result<String, BoxError>> + Send + 'static,
+>
        + Clone
        + Send
        + 'static {
@@ -54,7 +60,7 @@ fn web() -> impl Service<
     http::Request<String>,
     Response = http::Response<String>,
     Error = BoxError,
-    Future = impl Send + 'static,
+    Future = impl Future<Output = Result<http::Response<String>, BoxError>> + Send + 'static,
 > + Clone
        + Send
        + 'static {
@@ -141,7 +147,7 @@ async fn fallback_composes_with_tower_in_both_orders() {
             }
             _ => {
                 let t = TowerTimeoutLayer::new(Duration::from_secs(1));
-                ok(ServiceBuilder::new().layer(ours.clone()).layer(t).service(tool()), request()).await;
+                ok(ServiceBuilder::new().layer(ours.clone()).layer(t.clone()).service(tool()), request()).await;
                 ok(ServiceBuilder::new().layer(t).layer(ours).service(tool()), request()).await;
             }
         }

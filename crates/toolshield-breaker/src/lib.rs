@@ -38,7 +38,7 @@
 //! use serde_json::json;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 //! use toolshield_breaker::{BreakerConfig, BreakerLayer, CircuitState};
-//! use toolshield_contract::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {

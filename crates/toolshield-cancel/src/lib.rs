@@ -27,7 +27,7 @@
 //! use tokio_util::sync::CancellationToken;
 //! use tower::{service_fn, Layer, ServiceExt};
 //! use toolshield_cancel::CancelLayer;
-//! use toolshield_contract::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {

@@ -9,7 +9,7 @@
 //! seed), and a few nanoseconds per key.
 //!
 //! ```
-//! use toolshield_core::hash::FastHashMap;
+//! use toolshield_contract::hash::FastHashMap;
 //!
 //! let mut tools: FastHashMap<&str, u32> = FastHashMap::default();
 //! tools.insert("weather", 1);

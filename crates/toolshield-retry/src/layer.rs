@@ -30,7 +30,7 @@ pub(crate) struct Shared<P> {
 ///
 /// let layer = RetryLayer::from_config(RetryConfig { max_attempts: 5, ..Default::default() })?;
 /// assert_eq!(layer.max_attempts(), 5);
-/// # Ok::<(), toolshield_contract::ConfigError>(())
+/// # Ok::<(), toolshield_core::ConfigError>(())
 /// ```
 pub struct RetryLayer<P = DefaultClassifier> {
     classifier: P,

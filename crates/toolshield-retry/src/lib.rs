@@ -31,7 +31,7 @@
 //! use std::sync::atomic::{AtomicU32, Ordering};
 //! use std::sync::Arc;
 //! use serde_json::json;
-//! use toolshield_contract::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
 //! use toolshield_retry::{BackoffStrategy, RetryLayer};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!

@@ -24,7 +24,7 @@
 //! use std::time::Duration;
 //! use serde_json::json;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
-//! use toolshield_contract::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 //! use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
