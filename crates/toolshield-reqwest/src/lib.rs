@@ -1,0 +1,10 @@
+#![doc = include_str!("../README.md")]
+
+mod body;
+mod client;
+mod error;
+
+pub use body::RequestBody;
+pub use client::{Client, ResponseFuture};
+pub use error::{error_for_status, reqwest_error_for};
+pub use toolshield_core::http_impls::{HttpRoute, RetryAfter, IDEMPOTENCY_KEY_HEADER};
