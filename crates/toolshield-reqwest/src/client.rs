@@ -185,7 +185,8 @@ impl Future for ResponseFuture {
                             return Poll::Ready(Err(reqwest_error_for(kind, e)));
                         }
                     };
-                    let (parts, body) = http::Response::<reqwest::Body>::from(response).into_parts();
+                    let (parts, body) =
+                        http::Response::<reqwest::Body>::from(response).into_parts();
                     this.state.set(State::Reading {
                         collect: Limited::new(body, *this.limit).collect(),
                         parts: Some(parts),

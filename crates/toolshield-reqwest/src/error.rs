@@ -14,6 +14,7 @@ use toolshield_http::parse_retry_after;
 /// | [`is_timeout`](reqwest::Error::is_timeout) (reqwest's own timeouts, an I/O or hyper timeout) | `TIMEOUT` | yes | counts |
 /// | [`is_connect`](reqwest::Error::is_connect) (refused, DNS, TLS handshake: nothing was sent) | `CONNECTION_FAILED` | yes | counts |
 /// | [`is_builder`](reqwest::Error::is_builder) (a URL reqwest cannot send to) | `INVALID_INPUT` | no | no |
+/// | [`is_redirect`](reqwest::Error::is_redirect) (a loop, too many redirects), not [`Mutating`](CallKind::Mutating) | `EXECUTION_FAILED` | no | counts |
 /// | anything else (reset or closed after sending, a body cut off, a decode or redirect error), [`Mutating`](CallKind::Mutating) call | `OUTCOME_UNKNOWN` | no | counts |
 /// | the same, any other call | `UPSTREAM_UNAVAILABLE` | yes | counts |
 ///
@@ -28,10 +29,14 @@ pub fn reqwest_error_for(kind: CallKind, error: reqwest::Error) -> ToolError {
     } else if error.is_builder() {
         (ErrorKind::InvalidInput, "invalid http request")
     } else if kind == CallKind::Mutating {
+        // Whatever went wrong, the request (or its first hop) may have been executed.
         (
             ErrorKind::OutcomeUnknown,
             "http connection lost after the request was sent",
         )
+    } else if error.is_redirect() {
+        // A redirect loop does not fix itself on the next attempt.
+        (ErrorKind::ExecutionFailed, "http redirects did not end")
     } else {
         (ErrorKind::UpstreamUnavailable, "http request failed")
     };
@@ -81,7 +86,10 @@ pub fn error_for_status<B>(response: http::Response<B>) -> Result<http::Response
         return Ok(response);
     };
     let mut error = ToolError::new(kind, format!("http {status}"));
-    if matches!(kind, ErrorKind::RateLimited | ErrorKind::UpstreamUnavailable) {
+    if matches!(
+        kind,
+        ErrorKind::RateLimited | ErrorKind::UpstreamUnavailable
+    ) {
         let wait = response
             .extensions()
             .get::<RetryAfter>()

@@ -54,7 +54,11 @@ async fn a_get_whose_connection_is_lost_is_upstream_unavailable_and_retried() {
     let err = ServiceBuilder::new()
         .layer(retry)
         .service(client())
-        .oneshot(Request::get(format!("http://{addr}/")).body(Bytes::new()).unwrap())
+        .oneshot(
+            Request::get(format!("http://{addr}/"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
@@ -97,9 +101,18 @@ async fn every_in_memory_body_type_is_sent() {
     let url = format!("http://{addr}/echo");
     let c = client();
     let post = || Request::builder().method(Method::POST).uri(&url);
-    c.clone().oneshot(post().body(Bytes::from_static(b"a")).unwrap()).await.unwrap();
-    c.clone().oneshot(post().body(String::from("b")).unwrap()).await.unwrap();
-    c.clone().oneshot(post().body(b"c".to_vec()).unwrap()).await.unwrap();
+    c.clone()
+        .oneshot(post().body(Bytes::from_static(b"a")).unwrap())
+        .await
+        .unwrap();
+    c.clone()
+        .oneshot(post().body(String::from("b")).unwrap())
+        .await
+        .unwrap();
+    c.clone()
+        .oneshot(post().body(b"c".to_vec()).unwrap())
+        .await
+        .unwrap();
     c.clone().oneshot(post().body("d").unwrap()).await.unwrap();
     c.clone()
         .oneshot(post().body(Full::new(Bytes::from_static(b"e"))).unwrap())
@@ -113,4 +126,39 @@ async fn every_in_memory_body_type_is_sent() {
         .map(|b| b.as_bytes().to_vec())
         .collect();
     assert_eq!(rec.bodies("/echo"), bodies);
+}
+
+#[tokio::test]
+async fn a_redirect_loop_is_execution_failed_and_a_posts_outcome_unknown() {
+    let (addr, rec) = support::start().await;
+    let reqwest_client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::limited(2))
+        .build()
+        .unwrap();
+    let client = toolshield_reqwest::Client::new(reqwest_client);
+    let err = client
+        .clone()
+        .oneshot(
+            Request::get(format!("http://{addr}/loop"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ExecutionFailed);
+    assert!(!err.kind().is_retriable());
+    assert_eq!(rec.count("/loop"), 3, "the request and two redirects");
+    let err = client
+        .oneshot(
+            Request::post(format!("http://{addr}/loop"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::OutcomeUnknown,
+        "the first hop of a POST may have been executed"
+    );
 }

@@ -46,7 +46,9 @@ fn stack(
         .service(toolshield_reqwest::Client::new(reqwest::Client::new()))
 }
 
-fn default_stack(attempts: u32) -> impl Service<Request<Bytes>, Response = Resp, Error = ToolError> + Clone {
+fn default_stack(
+    attempts: u32,
+) -> impl Service<Request<Bytes>, Response = Resp, Error = ToolError> + Clone {
     stack(retry(attempts), registry(10), Duration::from_secs(5))
 }
 
@@ -72,7 +74,8 @@ async fn two_503s_then_a_200_succeed_on_the_third_attempt() {
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.body(), &Bytes::from_static(b"recovered"));
     assert_eq!(
-        res.extensions().get::<toolshield_core::http_impls::HttpAttempts>(),
+        res.extensions()
+            .get::<toolshield_core::http_impls::HttpAttempts>(),
         Some(&toolshield_core::http_impls::HttpAttempts(3))
     );
     assert_eq!(rec.count("/flaky"), 3);
@@ -137,8 +140,14 @@ async fn a_retry_after_longer_than_the_maximum_ends_the_call_with_rate_limited()
             Duration::from_secs(5),
         );
         let started = Instant::now();
-        let res = svc.oneshot(get(format!("http://{addr}{path}"))).await.unwrap();
-        assert!(started.elapsed() < Duration::from_secs(2), "{path}: did not wait");
+        let res = svc
+            .oneshot(get(format!("http://{addr}{path}")))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{path}: did not wait"
+        );
         assert_eq!(rec.count(path), 1, "{path}: not retried");
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
         let wait = res
@@ -157,7 +166,11 @@ async fn a_retry_after_longer_than_the_maximum_ends_the_call_with_rate_limited()
                 "{path}: {wait:?}"
             );
         }
-        assert!(err.for_model("api").contains("Wait 1"), "{}", err.for_model("api"));
+        assert!(
+            err.for_model("api").contains("Wait 1"),
+            "{}",
+            err.for_model("api")
+        );
     }
 }
 
@@ -169,7 +182,11 @@ async fn a_post_without_a_key_is_sent_once() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(rec.count("/post503"), 1, "a POST without a key is never repeated");
+    assert_eq!(
+        rec.count("/post503"),
+        1,
+        "a POST without a key is never repeated"
+    );
 }
 
 #[tokio::test]
@@ -195,7 +212,11 @@ async fn a_post_with_an_idempotency_key_is_retried_under_the_same_key() {
 async fn a_blank_idempotency_key_is_no_key() {
     let (addr, rec) = support::start().await;
     default_stack(3)
-        .oneshot(req(Method::POST, format!("http://{addr}/post503"), Some("  ")))
+        .oneshot(req(
+            Method::POST,
+            format!("http://{addr}/post503"),
+            Some("  "),
+        ))
         .await
         .unwrap();
     assert_eq!(rec.count("/post503"), 1);
@@ -212,7 +233,11 @@ async fn a_slow_endpoint_is_cut_by_the_attempt_timeout() {
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert_eq!(rec.count("/slow"), 2, "a timed out GET is retried");
     assert_eq!(err.attempts(), 2);
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -227,7 +252,9 @@ async fn reqwests_own_timeout_is_timeout() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
-    let source = err.source().and_then(|s| s.downcast_ref::<reqwest::Error>());
+    let source = err
+        .source()
+        .and_then(|s| s.downcast_ref::<reqwest::Error>());
     assert!(source.is_some_and(reqwest::Error::is_timeout), "{err:?}");
 }
 

@@ -54,7 +54,10 @@ impl Recorder {
     /// When the requests to `path` arrived.
     pub fn times(&self, path: &str) -> Vec<Instant> {
         let seen = self.seen.lock().unwrap();
-        seen.iter().filter(|s| s.path == path).map(|s| s.at).collect()
+        seen.iter()
+            .filter(|s| s.path == path)
+            .map(|s| s.at)
+            .collect()
     }
 
     /// The bodies of the requests to `path`, in order.
@@ -116,6 +119,7 @@ async fn handle(
             tokio::time::sleep(Duration::from_secs(5)).await;
             (StatusCode::OK, "too late").into_response()
         }
+        "/loop" => (StatusCode::FOUND, [("location", "/loop")]).into_response(),
         "/big" => (StatusCode::OK, vec![b'x'; 4096]).into_response(),
         _ => (StatusCode::OK, "ok").into_response(),
     }
@@ -124,9 +128,7 @@ async fn handle(
 /// Starts the server; returns its address and its recorder.
 pub async fn start() -> (SocketAddr, Arc<Recorder>) {
     let rec = Arc::new(Recorder::default());
-    let app = Router::new()
-        .fallback(handle)
-        .with_state(Arc::clone(&rec));
+    let app = Router::new().fallback(handle).with_state(Arc::clone(&rec));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
