@@ -10,7 +10,7 @@ use http::response::Parts;
 use http_body_util::combinators::Collect;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use pin_project_lite::pin_project;
-use toolshield_core::http_impls::RetryAfter;
+use toolshield_core::http_impls::{http_method_kind, RetryAfter};
 use toolshield_core::{BoxError, CallKind, ErrorKind, ShieldRequest, ToolError};
 use toolshield_http::{parse_retry_after, DEFAULT_BODY_LIMIT};
 use tower_service::Service;
@@ -104,8 +104,9 @@ impl<B: RequestBody> Service<http::Request<B>> for Client {
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        // The kind decides what a connection lost after sending becomes.
-        let kind = req.call_kind();
+        // The kind decides what a connection lost after sending becomes: the method's,
+        // unless the call state overrides it.
+        let kind = ShieldRequest::call_kind(&req).unwrap_or_else(|| http_method_kind(req.method()));
         let limit = self.body_limit;
         let req = req.map(RequestBody::into_reqwest_body);
         let state = match reqwest::Request::try_from(req) {
