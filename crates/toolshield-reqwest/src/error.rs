@@ -1,5 +1,6 @@
 //! reqwest's errors and HTTP error statuses as [`ToolError`]s.
 
+use std::error::Error as StdError;
 use std::time::SystemTime;
 
 use toolshield_core::http_impls::{http_status_kind, RetryAfter};
@@ -11,8 +12,9 @@ use toolshield_http::parse_retry_after;
 ///
 /// | reqwest says | kind | retried | breaker |
 /// |---|---|---|---|
+/// | an `https://` URL and a reqwest built without a TLS backend | `INVALID_INPUT` | no | no |
+/// | [`is_connect`](reqwest::Error::is_connect) (refused, DNS, TLS handshake, connect timeout: nothing was sent) | `CONNECTION_FAILED` | yes | counts |
 /// | [`is_timeout`](reqwest::Error::is_timeout) (reqwest's own timeouts, an I/O or hyper timeout) | `TIMEOUT` | yes | counts |
-/// | [`is_connect`](reqwest::Error::is_connect) (refused, DNS, TLS handshake: nothing was sent) | `CONNECTION_FAILED` | yes | counts |
 /// | [`is_builder`](reqwest::Error::is_builder) (a URL reqwest cannot send to) | `INVALID_INPUT` | no | no |
 /// | [`is_redirect`](reqwest::Error::is_redirect) (a loop, too many redirects), not [`Mutating`](CallKind::Mutating) | `EXECUTION_FAILED` | no | counts |
 /// | anything else (reset or closed after sending, a body cut off, a decode or redirect error), [`Mutating`](CallKind::Mutating) call | `OUTCOME_UNKNOWN` | no | counts |
@@ -22,10 +24,16 @@ use toolshield_http::parse_retry_after;
 /// fragment and credentials of its URL removed (they may hold secrets); the message
 /// is short and says nothing of the URL.
 pub fn reqwest_error_for(kind: CallKind, error: reqwest::Error) -> ToolError {
-    let (code, message) = if error.is_timeout() {
-        (ErrorKind::Timeout, "http request timed out")
+    let (code, message) = if needs_tls(&error) {
+        (
+            ErrorKind::InvalidInput,
+            "https needs a tls backend: enable reqwest's `rustls-tls` or `native-tls` feature",
+        )
     } else if error.is_connect() {
+        // Before the timeout check: a connect that timed out sent nothing.
         (ErrorKind::ConnectionFailed, "http connection failed")
+    } else if error.is_timeout() {
+        (ErrorKind::Timeout, "http request timed out")
     } else if error.is_builder() {
         (ErrorKind::InvalidInput, "invalid http request")
     } else if kind == CallKind::Mutating {
@@ -41,6 +49,21 @@ pub fn reqwest_error_for(kind: CallKind, error: reqwest::Error) -> ToolError {
         (ErrorKind::UpstreamUnavailable, "http request failed")
     };
     ToolError::new(code, message).with_source(redact(error))
+}
+
+/// Whether hyper-util's plain-HTTP connector refused an `https://` URL: what reqwest
+/// does when it was built without a TLS backend. Retrying or counting that against the
+/// host would be wrong: it is the program's configuration. The connector's error has no
+/// kind to test, so its fixed message is compared (on the error path only).
+fn needs_tls(error: &reqwest::Error) -> bool {
+    let mut source = StdError::source(error);
+    while let Some(e) = source {
+        if e.to_string() == "invalid URL, scheme is not http" {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Removes what a URL may carry as secrets (`?api_key=`, `user:password@`).

@@ -162,3 +162,26 @@ async fn a_redirect_loop_is_execution_failed_and_a_posts_outcome_unknown() {
         "the first hop of a POST may have been executed"
     );
 }
+
+#[tokio::test]
+async fn https_without_a_tls_backend_is_invalid_input_and_says_what_to_enable() {
+    // The workspace builds reqwest without TLS: the connector refuses `https://`.
+    let (addr, rec) = support::start().await;
+    let retry = RetryLayer::from_config(RetryConfig::default())
+        .unwrap()
+        .without_budget();
+    let err = ServiceBuilder::new()
+        .layer(retry)
+        .service(client())
+        .oneshot(
+            Request::get(format!("https://{addr}/"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    assert_eq!(err.attempts(), 1, "not retried");
+    assert!(err.message().contains("rustls-tls"), "{err}");
+    assert_eq!(rec.count("/"), 0);
+}
