@@ -306,3 +306,20 @@ async fn an_open_breaker_rejects_without_reaching_the_server() {
     assert_eq!(rec.count("/fail"), 3, "the open breaker sent nothing");
     assert_eq!(rec.count("/ok"), 0, "the breaker is per host, not per path");
 }
+
+#[tokio::test]
+async fn a_body_buffered_by_toolshield_http_is_resent_whole_on_every_attempt() {
+    let (addr, rec) = support::start().await;
+    // BufferLayer collects any `http_body::Body` into a clonable `Full<Bytes>` first.
+    let svc = ServiceBuilder::new()
+        .layer(toolshield_http::BufferLayer::default())
+        .layer(retry(3))
+        .service(toolshield_reqwest::Client::new(reqwest::Client::new()));
+    let req = Request::post(format!("http://{addr}/post503"))
+        .header("idempotency-key", "k-1")
+        .body(String::from("streamed order"))
+        .unwrap();
+    let res = svc.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(rec.bodies("/post503"), vec![b"streamed order".to_vec(); 3]);
+}
