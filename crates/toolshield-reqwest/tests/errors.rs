@@ -1,0 +1,187 @@
+//! What `toolshield_reqwest::Client` answers when a request fails on the wire.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::Full;
+use toolshield_core::ErrorKind;
+use toolshield_retry::{BackoffStrategy, RetryConfig, RetryLayer};
+use tower::{ServiceBuilder, ServiceExt};
+
+fn client() -> toolshield_reqwest::Client {
+    toolshield_reqwest::Client::new(reqwest::Client::new())
+}
+
+#[tokio::test]
+async fn a_post_whose_connection_is_lost_after_sending_is_outcome_unknown() {
+    let (addr, received) = support::start_hanging_up().await;
+    let req = Request::post(format!("http://{addr}/orders"))
+        .header("idempotency-key", "order-1")
+        .body(String::from("{}"))
+        .unwrap();
+    let retry = RetryLayer::from_config(RetryConfig {
+        backoff: BackoffStrategy::None,
+        ..RetryConfig::default()
+    })
+    .unwrap()
+    .without_budget();
+    let err = ServiceBuilder::new()
+        .layer(retry)
+        .service(client())
+        .oneshot(req)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown);
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        1,
+        "the server got it once: an unknown outcome is never retried, even with a key"
+    );
+}
+
+#[tokio::test]
+async fn a_get_whose_connection_is_lost_is_upstream_unavailable_and_retried() {
+    let (addr, received) = support::start_hanging_up().await;
+    let retry = RetryLayer::from_config(RetryConfig {
+        backoff: BackoffStrategy::None,
+        ..RetryConfig::default()
+    })
+    .unwrap()
+    .without_budget();
+    let err = ServiceBuilder::new()
+        .layer(retry)
+        .service(client())
+        .oneshot(
+            Request::get(format!("http://{addr}/"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
+    assert_eq!(err.attempts(), 3);
+    assert_eq!(received.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_url_reqwest_cannot_send_to_is_invalid_input() {
+    for uri in ["/relative", "ftp://127.0.0.1/file"] {
+        let err = client()
+            .oneshot(Request::get(uri).body(Bytes::new()).unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{uri}");
+        assert!(!err.kind().is_retriable(), "{uri}");
+    }
+}
+
+#[tokio::test]
+async fn a_response_body_over_the_limit_is_invalid_input() {
+    let (addr, _rec) = support::start().await;
+    let url = format!("http://{addr}/big");
+    let err = client()
+        .body_limit(1024)
+        .oneshot(Request::get(&url).body(Bytes::new()).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let res = client()
+        .oneshot(Request::get(&url).body(Bytes::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.body().len(), 4096);
+}
+
+#[tokio::test]
+async fn every_in_memory_body_type_is_sent() {
+    let (addr, rec) = support::start().await;
+    let url = format!("http://{addr}/echo");
+    let c = client();
+    let post = || Request::builder().method(Method::POST).uri(&url);
+    c.clone()
+        .oneshot(post().body(Bytes::from_static(b"a")).unwrap())
+        .await
+        .unwrap();
+    c.clone()
+        .oneshot(post().body(String::from("b")).unwrap())
+        .await
+        .unwrap();
+    c.clone()
+        .oneshot(post().body(b"c".to_vec()).unwrap())
+        .await
+        .unwrap();
+    c.clone().oneshot(post().body("d").unwrap()).await.unwrap();
+    c.clone()
+        .oneshot(post().body(Full::new(Bytes::from_static(b"e"))).unwrap())
+        .await
+        .unwrap();
+    c.oneshot(post().body(reqwest::Body::from("f")).unwrap())
+        .await
+        .unwrap();
+    let bodies: Vec<Vec<u8>> = ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .map(|b| b.as_bytes().to_vec())
+        .collect();
+    assert_eq!(rec.bodies("/echo"), bodies);
+}
+
+#[tokio::test]
+async fn a_redirect_loop_is_execution_failed_and_a_posts_outcome_unknown() {
+    let (addr, rec) = support::start().await;
+    let reqwest_client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::limited(2))
+        .build()
+        .unwrap();
+    let client = toolshield_reqwest::Client::new(reqwest_client);
+    let err = client
+        .clone()
+        .oneshot(
+            Request::get(format!("http://{addr}/loop"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ExecutionFailed);
+    assert!(!err.kind().is_retriable());
+    assert_eq!(rec.count("/loop"), 3, "the request and two redirects");
+    let err = client
+        .oneshot(
+            Request::post(format!("http://{addr}/loop"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::OutcomeUnknown,
+        "the first hop of a POST may have been executed"
+    );
+}
+
+#[tokio::test]
+async fn https_without_a_tls_backend_is_invalid_input_and_says_what_to_enable() {
+    // The workspace builds reqwest without TLS: the connector refuses `https://`.
+    let (addr, rec) = support::start().await;
+    let retry = RetryLayer::from_config(RetryConfig::default())
+        .unwrap()
+        .without_budget();
+    let err = ServiceBuilder::new()
+        .layer(retry)
+        .service(client())
+        .oneshot(
+            Request::get(format!("https://{addr}/"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    assert_eq!(err.attempts(), 1, "not retried");
+    assert!(err.message().contains("rustls-tls"), "{err}");
+    assert_eq!(rec.count("/"), 0);
+}
