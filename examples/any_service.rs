@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 use toolshield_breaker::BreakerLayer;
 use toolshield_core::ErrorKind;
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::TimeoutLayer;
+use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
@@ -43,13 +43,20 @@ async fn main() -> Result<(), BoxError> {
 
     // 1. Two connection resets (CONNECTION_FAILED, retriable), then an answer.
     let answer = svc.clone().oneshot("rust".to_owned()).await?;
-    println!("1. {answer:?} after {} calls of the service", calls.load(Ordering::SeqCst));
+    println!(
+        "1. {answer:?} after {} calls of the service",
+        calls.load(Ordering::SeqCst)
+    );
     assert_eq!(answer, "result for rust");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 
     // 2. A slow call: every attempt is cut at 200 ms, and the caller gets TIMEOUT.
     let err = svc.clone().oneshot("slow".to_owned()).await.unwrap_err();
-    println!("2. slow lookup: {} after {} attempts", err.code(), err.attempts());
+    println!(
+        "2. slow lookup: {} after {} attempts",
+        err.code(),
+        err.attempts()
+    );
     assert_eq!(err.kind(), ErrorKind::Timeout);
 
     // 3. An outage: an unknown boxed error is EXECUTION_FAILED (not retried); five in a
@@ -65,7 +72,11 @@ async fn main() -> Result<(), BoxError> {
     let before = calls.load(Ordering::SeqCst);
     let err = svc.clone().oneshot("rust".to_owned()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CircuitOpen);
-    assert_eq!(calls.load(Ordering::SeqCst), before, "rejected without a call");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        before,
+        "rejected without a call"
+    );
     println!(
         "   then {} without calling the service; the model would read: {}",
         err.code(),

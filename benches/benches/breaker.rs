@@ -33,9 +33,7 @@ struct LiteRequest {
 
 impl LiteRequest {
     fn new(key: impl Into<Arc<str>>) -> Self {
-        LiteRequest {
-            key: key.into(),
-        }
+        LiteRequest { key: key.into() }
     }
 }
 

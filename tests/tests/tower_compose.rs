@@ -11,12 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tower::buffer::BufferLayer;
-use tower::limit::ConcurrencyLimitLayer;
-use tower::load_shed::LoadShedLayer;
-use tower::timeout::TimeoutLayer as TowerTimeoutLayer;
-use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_http::trace::TraceLayer;
 use toolshield_breaker::BreakerLayer;
 use toolshield_cancel::CancelLayer;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
@@ -24,6 +18,12 @@ use toolshield_fallback::FallbackLayer;
 use toolshield_metrics::MetricsLayer;
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
+use tower::buffer::BufferLayer;
+use tower::limit::ConcurrencyLimitLayer;
+use tower::load_shed::LoadShedLayer;
+use tower::timeout::TimeoutLayer as TowerTimeoutLayer;
+use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+use tower_http::trace::TraceLayer;
 
 async fn ok<S, Req>(svc: S, req: Req)
 where
@@ -49,8 +49,7 @@ fn plain() -> impl Service<
     Response = String,
     Error = BoxError,
     Future = impl Future<Output = Result<String, BoxError>> + Send + 'static,
->
-       + Clone
+> + Clone
        + Send
        + 'static {
     service_fn(|q: String| async move { Ok::<_, BoxError>(format!("answer to {q}")) })
@@ -83,12 +82,54 @@ fn web_request() -> http::Request<String> {
 /// three kinds of service.
 macro_rules! both_orders {
     ($ours:expr, $theirs:expr) => {{
-        ok(ServiceBuilder::new().layer($ours).layer($theirs).service(tool()), request()).await;
-        ok(ServiceBuilder::new().layer($theirs).layer($ours).service(tool()), request()).await;
-        ok(ServiceBuilder::new().layer($ours).layer($theirs).service(plain()), "q".to_owned()).await;
-        ok(ServiceBuilder::new().layer($theirs).layer($ours).service(plain()), "q".to_owned()).await;
-        ok(ServiceBuilder::new().layer($ours).layer($theirs).service(web()), web_request()).await;
-        ok(ServiceBuilder::new().layer($theirs).layer($ours).service(web()), web_request()).await;
+        ok(
+            ServiceBuilder::new()
+                .layer($ours)
+                .layer($theirs)
+                .service(tool()),
+            request(),
+        )
+        .await;
+        ok(
+            ServiceBuilder::new()
+                .layer($theirs)
+                .layer($ours)
+                .service(tool()),
+            request(),
+        )
+        .await;
+        ok(
+            ServiceBuilder::new()
+                .layer($ours)
+                .layer($theirs)
+                .service(plain()),
+            "q".to_owned(),
+        )
+        .await;
+        ok(
+            ServiceBuilder::new()
+                .layer($theirs)
+                .layer($ours)
+                .service(plain()),
+            "q".to_owned(),
+        )
+        .await;
+        ok(
+            ServiceBuilder::new()
+                .layer($ours)
+                .layer($theirs)
+                .service(web()),
+            web_request(),
+        )
+        .await;
+        ok(
+            ServiceBuilder::new()
+                .layer($theirs)
+                .layer($ours)
+                .service(web()),
+            web_request(),
+        )
+        .await;
     }};
 }
 
@@ -98,8 +139,22 @@ macro_rules! with_every_tower_layer {
         both_orders!($ours, BufferLayer::new(8));
         both_orders!($ours, ConcurrencyLimitLayer::new(4));
         both_orders!($ours, TowerTimeoutLayer::new(Duration::from_secs(1)));
-        ok(ServiceBuilder::new().layer($ours).layer(TraceLayer::new_for_http()).service(web()), web_request()).await;
-        ok(ServiceBuilder::new().layer(TraceLayer::new_for_http()).layer($ours).service(web()), web_request()).await;
+        ok(
+            ServiceBuilder::new()
+                .layer($ours)
+                .layer(TraceLayer::new_for_http())
+                .service(web()),
+            web_request(),
+        )
+        .await;
+        ok(
+            ServiceBuilder::new()
+                .layer(TraceLayer::new_for_http())
+                .layer($ours)
+                .service(web()),
+            web_request(),
+        )
+        .await;
     }};
 }
 
@@ -138,17 +193,56 @@ async fn fallback_composes_with_tower_in_both_orders() {
         let ours = FallbackLayer::new();
         match theirs {
             0 => {
-                ok(ServiceBuilder::new().layer(ours.clone()).layer(BufferLayer::new(8)).service(tool()), request()).await;
-                ok(ServiceBuilder::new().layer(BufferLayer::new(8)).layer(ours).service(tool()), request()).await;
+                ok(
+                    ServiceBuilder::new()
+                        .layer(ours.clone())
+                        .layer(BufferLayer::new(8))
+                        .service(tool()),
+                    request(),
+                )
+                .await;
+                ok(
+                    ServiceBuilder::new()
+                        .layer(BufferLayer::new(8))
+                        .layer(ours)
+                        .service(tool()),
+                    request(),
+                )
+                .await;
             }
             1 => {
-                ok(ServiceBuilder::new().layer(ours.clone()).layer(ConcurrencyLimitLayer::new(4)).service(tool()), request()).await;
-                ok(ServiceBuilder::new().layer(ConcurrencyLimitLayer::new(4)).layer(ours).service(tool()), request()).await;
+                ok(
+                    ServiceBuilder::new()
+                        .layer(ours.clone())
+                        .layer(ConcurrencyLimitLayer::new(4))
+                        .service(tool()),
+                    request(),
+                )
+                .await;
+                ok(
+                    ServiceBuilder::new()
+                        .layer(ConcurrencyLimitLayer::new(4))
+                        .layer(ours)
+                        .service(tool()),
+                    request(),
+                )
+                .await;
             }
             _ => {
                 let t = TowerTimeoutLayer::new(Duration::from_secs(1));
-                ok(ServiceBuilder::new().layer(ours.clone()).layer(t.clone()).service(tool()), request()).await;
-                ok(ServiceBuilder::new().layer(t).layer(ours).service(tool()), request()).await;
+                ok(
+                    ServiceBuilder::new()
+                        .layer(ours.clone())
+                        .layer(t.clone())
+                        .service(tool()),
+                    request(),
+                )
+                .await;
+                ok(
+                    ServiceBuilder::new().layer(t).layer(ours).service(tool()),
+                    request(),
+                )
+                .await;
             }
         }
     }
@@ -172,7 +266,11 @@ async fn tower_timeouts_are_timeouts_and_are_retried() {
         .layer(TowerTimeoutLayer::new(Duration::from_secs(1)))
         .service(slow_once);
     assert_eq!(svc.oneshot("q".to_owned()).await.unwrap(), "q");
-    assert_eq!(calls.load(Ordering::SeqCst), 2, "tower's Elapsed was retried as TIMEOUT");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "tower's Elapsed was retried as TIMEOUT"
+    );
 
     let never = service_fn(|_q: String| async {
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -191,7 +289,10 @@ async fn tower_timeouts_are_timeouts_and_are_retried() {
 #[tokio::test]
 async fn a_tool_error_boxed_by_buffer_comes_back_unchanged() {
     let limited = service_fn(|_req: ToolRequest| async {
-        Err::<ToolResponse, _>(ToolError::rate_limited("slow down", Some(Duration::from_secs(7))))
+        Err::<ToolResponse, _>(ToolError::rate_limited(
+            "slow down",
+            Some(Duration::from_secs(7)),
+        ))
     });
     let err = ServiceBuilder::new()
         .layer(BreakerLayer::default())
@@ -227,13 +328,27 @@ async fn load_shedding_is_overloaded_and_not_a_breaker_failure() {
     tokio::task::yield_now().await;
     let mut codes = Vec::new();
     for _ in 0..6 {
-        let err = svc.ready().await.unwrap().call("b".to_owned()).await.unwrap_err();
+        let err = svc
+            .ready()
+            .await
+            .unwrap()
+            .call("b".to_owned())
+            .await
+            .unwrap_err();
         codes.push(err.kind());
     }
-    assert!(codes.iter().all(|k| *k == ErrorKind::Overloaded), "{codes:?}");
+    assert!(
+        codes.iter().all(|k| *k == ErrorKind::Overloaded),
+        "{codes:?}"
+    );
     assert!(ErrorKind::Overloaded.is_retriable());
-    let status = registry.status(toolshield_breaker::UNNAMED_KEY).expect("a breaker");
-    assert_eq!(status.failures_in_window, 0, "a local rejection says nothing of the tool");
+    let status = registry
+        .status(toolshield_breaker::UNNAMED_KEY)
+        .expect("a breaker");
+    assert_eq!(
+        status.failures_in_window, 0,
+        "a local rejection says nothing of the tool"
+    );
     gate.add_permits(1);
     first.await.unwrap().unwrap();
 }

@@ -3,13 +3,16 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use toolshield_contract::config::{Problems};
+use toolshield_contract::config::Problems;
 use toolshield_contract::ConfigError;
 
 /// The sliding window the failure and slow-call rates are computed over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "type", rename_all = "snake_case", deny_unknown_fields))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)
+)]
 pub enum WindowConfig {
     /// The last `size` recorded calls. Needs no clock read per call.
     Count {
@@ -20,7 +23,10 @@ pub enum WindowConfig {
     /// each. Needs one clock read per recorded call.
     Time {
         /// How far back the window reaches.
-        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+        #[cfg_attr(
+            feature = "serde",
+            serde(with = "toolshield_contract::config::duration")
+        )]
         duration: Duration,
         /// How many buckets the window is cut into (the window slides a bucket at a time).
         buckets: u32,
@@ -81,16 +87,25 @@ pub struct BreakerConfig {
     /// A call slower than this counts as slow even when no timeout layer marked it.
     /// `None` (the default) relies on the timeout layer's soft threshold alone, and
     /// costs no clock read per call.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration::option"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration::option")
+    )]
     pub slow_call_duration: Option<Duration>,
     /// How long the breaker stays open before it admits probes.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration")
+    )]
     pub open_wait: Duration,
     /// Each re-open without a close in between multiplies the wait by this (>= 1).
     /// `1.0` (the default) keeps the wait fixed.
     pub open_wait_multiplier: f64,
     /// The cap of the growing wait.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration")
+    )]
     pub max_open_wait: Duration,
     /// How many probes may run at once while half-open (K).
     pub half_open_permits: u32,
@@ -102,7 +117,10 @@ pub struct BreakerConfig {
     pub max_keys: usize,
     /// A closed breaker not used for this long may be evicted (between one and two
     /// times this, see `docs/breaker.md`).
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration")
+    )]
     pub idle_ttl: Duration,
     /// Appends every transition and override to this file as JSON lines.
     pub events_file: Option<PathBuf>,

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use std::time::SystemTime;
 
-use toolshield_contract::time::Rfc3339;
 use tokio::sync::broadcast;
+use toolshield_contract::time::Rfc3339;
 
 /// The state of a breaker as reported by status, events and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,7 +131,10 @@ impl fmt::Display for TransitionReason {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct BreakerEvent {
     /// When it happened (wall clock; RFC 3339 in JSON).
-    #[cfg_attr(feature = "serde", serde(serialize_with = "toolshield_contract::time::serialize"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(serialize_with = "toolshield_contract::time::serialize")
+    )]
     pub at: SystemTime,
     /// The breaker key (the tool name by default).
     pub key: Arc<str>,

@@ -27,7 +27,6 @@ use toolshield_contract::ShieldRequest;
 ///
 /// // One breaker per provider, from a typed extension set by the caller.
 /// #[derive(Clone)]
-
 /// struct Provider(&'static str);
 /// let by_provider = key_fn(|req: &ToolRequest| {
 ///     Cow::Borrowed(req.extensions().get::<Provider>().map_or("unknown", |p| p.0))

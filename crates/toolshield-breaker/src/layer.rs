@@ -14,7 +14,6 @@ use crate::service::Breaker;
 /// Every service this layer builds, and every clone of them, shares the registry: the
 /// breaker of a key is one breaker, whichever service the call went through.
 #[derive(Debug, Clone)]
-
 pub struct BreakerLayer<K = ToolKey, C = DefaultClassifier> {
     registry: BreakerRegistry,
     key_fn: K,

@@ -69,7 +69,6 @@ struct Inner {
 /// assert_eq!(registry.status("payments").unwrap().state, CircuitState::Closed);
 /// ```
 #[derive(Clone)]
-
 pub struct BreakerRegistry {
     inner: Arc<Inner>,
 }

@@ -16,8 +16,6 @@ use crate::key::{KeyFn, ToolKey};
 use crate::registry::BreakerRegistry;
 use crate::state::{BreakerState, TicketKind};
 
-
-
 /// Per-key circuit breakers around a service; built by [`BreakerLayer`](crate::BreakerLayer).
 ///
 /// `call` looks up the breaker of the request's key (a per-service cache makes a repeat

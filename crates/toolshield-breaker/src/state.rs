@@ -83,7 +83,6 @@ fn bump(tally: &mut Tally, from: CircuitState, to: CircuitState) {
 /// What the breakers a registry no longer holds had counted, summed over keys: a fixed
 /// table, so keys that come and go cannot grow it.
 #[derive(Default)]
-
 struct Retired {
     rejections: u64,
     /// `[from][to]`, in the order of [`CircuitState::ALL`].
@@ -196,7 +195,6 @@ enum Window {
 
 /// What the window holds after a record.
 #[derive(Clone, Copy, Default)]
-
 struct Snapshot {
     calls: u32,
     failures: u32,
@@ -442,7 +440,6 @@ impl Window {
 
 /// How an admitted call is to be recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-
 pub(crate) enum TicketKind {
     /// Admitted while closed: recorded into the window.
     Closed,
@@ -457,7 +454,6 @@ pub(crate) enum TicketKind {
 
 /// The admission of one call, remembered until its outcome is known.
 #[derive(Debug, Clone, Copy)]
-
 pub(crate) struct Ticket {
     pub(crate) epoch: u32,
     pub(crate) kind: TicketKind,
@@ -465,7 +461,6 @@ pub(crate) struct Ticket {
 
 /// The outcome of a call as the breaker records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-
 pub(crate) enum Record {
     Success { slow: bool },
     Failure { slow: bool },
@@ -976,7 +971,6 @@ impl BreakerState {
 
 /// A manual action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-
 pub(crate) enum Override {
     ForceOpen,
     ForceClosed,
@@ -1008,11 +1002,17 @@ pub struct BreakerStatus {
     /// Failures in a row.
     pub consecutive_failures: u32,
     /// When the last counted failure happened (wall clock).
-    #[cfg_attr(feature = "serde", serde(serialize_with = "toolshield_contract::time::serialize_option"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(serialize_with = "toolshield_contract::time::serialize_option")
+    )]
     pub last_failure_at: Option<SystemTime>,
     /// While open, how long until probes are admitted (zero once the wait is over: the
     /// next call moves the breaker to half-open).
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration::option"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration::option")
+    )]
     pub time_until_half_open: Option<Duration>,
     /// Half-open probes running now.
     pub probes_in_flight: u32,

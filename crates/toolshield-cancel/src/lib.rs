@@ -58,7 +58,6 @@ use tower_service::Service;
 
 /// Applies [`Cancel`] to a service. Has no configuration.
 #[derive(Debug, Clone, Copy, Default)]
-
 pub struct CancelLayer {
     _priv: (),
 }
@@ -80,7 +79,6 @@ impl<S> Layer<S> for CancelLayer {
 
 /// Checks the call token before calling the inner service and races it against the call.
 #[derive(Debug, Clone)]
-
 pub struct Cancel<S> {
     inner: S,
 }

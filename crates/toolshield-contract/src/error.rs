@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 /// The closed set of canonical error codes.
 ///
 /// Each kind has a stable string ([`ErrorKind::code`]) that appears in metrics, logs,

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use http::{Method, StatusCode};
 
-use crate::{CallKind, CallState, ErrorKind, InBandFailure, ShieldRequest, ShieldResponse, SlowCall};
+use crate::{
+    CallKind, CallState, ErrorKind, InBandFailure, ShieldRequest, ShieldResponse, SlowCall,
+};
 
 /// The `Idempotency-Key` header name (IETF draft `httpapi-idempotency-key-header`).
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";

@@ -1,4 +1,3 @@
-
 /// The side-effect class of a tool: it decides what the layers may do with a call.
 ///
 /// | kind | cached | retried |

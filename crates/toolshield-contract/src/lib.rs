@@ -44,15 +44,15 @@
 mod classify;
 pub mod config;
 mod error;
+#[cfg(feature = "hash")]
+pub mod hash;
 #[cfg(feature = "http")]
 pub mod http_impls;
 mod kind;
-#[cfg(feature = "hash")]
-pub mod hash;
 pub mod panic;
 mod state;
-mod tokens;
 pub mod time;
+mod tokens;
 mod traits;
 
 pub use classify::{Classify, DefaultClassifier, Failure, Outcome};

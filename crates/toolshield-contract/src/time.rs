@@ -52,7 +52,10 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 
 /// Serializes a [`SystemTime`] as RFC 3339 text: `#[serde(serialize_with = "toolshield_contract::time::serialize")]`.
 #[cfg(feature = "serde")]
-pub fn serialize<S: serde::Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+pub fn serialize<S: serde::Serializer>(
+    time: &SystemTime,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.collect_str(&Rfc3339(*time))
 }
 

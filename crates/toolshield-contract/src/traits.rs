@@ -24,7 +24,11 @@ pub struct CallMeta<'a> {
 
 impl<'a> CallMeta<'a> {
     /// The ids of a call (each may be absent).
-    pub fn new(caller: Option<&'a str>, trace_id: Option<&'a str>, run_id: Option<&'a str>) -> Self {
+    pub fn new(
+        caller: Option<&'a str>,
+        trace_id: Option<&'a str>,
+        run_id: Option<&'a str>,
+    ) -> Self {
         CallMeta {
             caller,
             trace_id,

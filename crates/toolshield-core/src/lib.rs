@@ -40,8 +40,8 @@ pub mod faults;
 pub mod keys;
 mod request;
 mod response;
-pub mod size;
 mod service;
+pub mod size;
 
 // The contract the generic layers share, re-exported whole: `toolshield_core::ToolError`
 // and `toolshield_contract::ToolError` are one type.

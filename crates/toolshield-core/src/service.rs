@@ -7,8 +7,12 @@ use crate::{ToolError, ToolRequest, ToolResponse};
 ///
 /// Implemented for every service that qualifies; use it to spell the bound once.
 pub trait ToolService:
-    tower_service::Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send + 'static>
-    + Clone
+    tower_service::Service<
+        ToolRequest,
+        Response = ToolResponse,
+        Error = ToolError,
+        Future: Send + 'static,
+    > + Clone
     + Send
     + Sync
     + 'static

@@ -65,6 +65,5 @@ pub use tool::{
     build_request, http_tool_request, hyper_client, HttpTool, HttpToolFuture, HyperClient,
 };
 pub use toolshield_core::http_impls::{
-    http_method_kind, http_status_kind, HttpAttempts, HttpRoute, RetryAfter,
-    IDEMPOTENCY_KEY_HEADER,
+    http_method_kind, http_status_kind, HttpAttempts, HttpRoute, RetryAfter, IDEMPOTENCY_KEY_HEADER,
 };

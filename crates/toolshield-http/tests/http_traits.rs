@@ -91,7 +91,10 @@ fn the_idempotency_key_is_the_header_and_the_kind_can_be_overridden() {
 #[tokio::test(start_paused = true)]
 async fn attempts_get_fresh_tokens_and_deadlines_only_shrink() {
     let mut req = Request::get("http://x/").body(()).unwrap();
-    assert!(req.call_state().is_none(), "no state until a layer writes one");
+    assert!(
+        req.call_state().is_none(),
+        "no state until a layer writes one"
+    );
     req.begin_attempt(1);
     let state = |r: &Request<()>| r.call_state().cloned().unwrap();
     assert_eq!(state(&req).attempt(), 1);

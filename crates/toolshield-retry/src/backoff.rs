@@ -53,17 +53,26 @@ pub enum Jitter {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "strategy", rename_all = "snake_case", deny_unknown_fields))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "strategy", rename_all = "snake_case", deny_unknown_fields)
+)]
 pub enum BackoffStrategy {
     /// `min(cap, base × factor^(retry − 1))`, then jittered.
     Exponential {
         /// The nominal wait before the first retry.
-        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+        #[cfg_attr(
+            feature = "serde",
+            serde(with = "toolshield_contract::config::duration")
+        )]
         base: Duration,
         /// The growth factor (at least 1).
         factor: f64,
         /// The longest nominal wait.
-        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+        #[cfg_attr(
+            feature = "serde",
+            serde(with = "toolshield_contract::config::duration")
+        )]
         cap: Duration,
         /// The jitter applied to the nominal wait.
         #[cfg_attr(feature = "serde", serde(default))]
@@ -73,19 +82,31 @@ pub enum BackoffStrategy {
     /// `base`.
     Decorrelated {
         /// The shortest wait, and the starting point.
-        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+        #[cfg_attr(
+            feature = "serde",
+            serde(with = "toolshield_contract::config::duration")
+        )]
         base: Duration,
         /// The longest wait.
-        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+        #[cfg_attr(
+            feature = "serde",
+            serde(with = "toolshield_contract::config::duration")
+        )]
         cap: Duration,
     },
     /// Uniform in `[min, max]` before every retry.
     Fixed {
         /// The shortest wait.
-        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+        #[cfg_attr(
+            feature = "serde",
+            serde(with = "toolshield_contract::config::duration")
+        )]
         min: Duration,
         /// The longest wait.
-        #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+        #[cfg_attr(
+            feature = "serde",
+            serde(with = "toolshield_contract::config::duration")
+        )]
         max: Duration,
     },
     /// Retry at once.

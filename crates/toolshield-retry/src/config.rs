@@ -31,17 +31,26 @@ pub struct RetryConfig {
     /// full jitter.
     pub backoff: BackoffStrategy,
     /// The wait after a `RATE_LIMITED` error that carries no `retry_after`. Default 30 s.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration")
+    )]
     pub rate_limit_backoff: Duration,
     /// The longest `retry_after` a failure may ask for and still be retried. A longer one
     /// (a `Retry-After: 86400`) ends the call at once with that error, its `retry_after`
     /// kept for the caller and the model. Default 60 s.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration")
+    )]
     pub max_retry_after: Duration,
     /// The least time that must be left before the call's deadline when a retry would
     /// start; with less, the retry is not started and the last error is returned.
     /// Without a deadline it has no effect. Default 100 ms.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration")
+    )]
     pub min_attempt_time: Duration,
     /// The retry budget shared by every clone of the layer.
     pub budget: BudgetConfig,

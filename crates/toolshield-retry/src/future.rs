@@ -210,7 +210,8 @@ where
     };
     if request
         .call_state()
-        .is_some_and(|s| s.tokens().call().is_cancelled()) {
+        .is_some_and(|s| s.tokens().call().is_cancelled())
+    {
         shared.stats.record_cancelled();
         return Next::Cancelled;
     }
@@ -318,11 +319,11 @@ where
                             *this.previous_wait = wait;
                             *this.reason = Some(kind);
                             if this.cancelled.is_none() {
-                                let token =
-                                    this.request
-                                        .as_ref()
-                                        .and_then(|r| r.call_state())
-                                        .map(|s| s.tokens().call().clone());
+                                let token = this
+                                    .request
+                                    .as_ref()
+                                    .and_then(|r| r.call_state())
+                                    .map(|s| s.tokens().call().clone());
                                 if let Some(token) = token {
                                     *this.cancelled = Some(Box::pin(token.cancelled_owned()));
                                 }

@@ -13,7 +13,6 @@ use toolshield_contract::ErrorKind;
 const KINDS: usize = ErrorKind::ALL.len();
 
 #[derive(Default)]
-
 struct Counters {
     retries: AtomicU64,
     by_kind: [AtomicU64; KINDS],
@@ -27,7 +26,6 @@ struct Counters {
 /// A handle on a retry layer's counters, shared by every service the layer built and by
 /// their clones. Cheap to clone.
 #[derive(Clone, Default)]
-
 pub struct RetryStats {
     counters: Arc<Counters>,
 }

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use toolshield_contract::config::{Problems};
+use toolshield_contract::config::Problems;
 use toolshield_contract::ConfigError;
 
 /// Timeouts of a call: per attempt, soft threshold, and an optional whole-call budget.
@@ -18,14 +18,23 @@ use toolshield_contract::ConfigError;
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct TimeoutConfig {
     /// Hard limit of one attempt; fresh for each retry. Default 30 s.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration")
+    )]
     pub attempt: Duration,
     /// Soft threshold: a success slower than this is marked slow, not failed. Default 2 s;
     /// `null` turns it off.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration::option"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration::option")
+    )]
     pub soft: Option<Duration>,
     /// Budget of the whole call, retries and backoff included. Default off.
-    #[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration::option"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration::option")
+    )]
     pub total: Option<Duration>,
 }
 

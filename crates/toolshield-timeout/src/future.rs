@@ -9,7 +9,6 @@ use toolshield_contract::{AttemptGuard, ShieldResponse, SlowCall, ToolError};
 
 /// Which limit a [`ResponseFuture`] enforces, for the error message.
 #[derive(Debug, Clone, Copy)]
-
 pub(crate) enum Expiry {
     Attempt(Duration),
     Total(Duration),

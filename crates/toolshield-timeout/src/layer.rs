@@ -10,7 +10,6 @@ use crate::{Deadline, Timeout, TimeoutConfig};
 ///
 /// Configuration only; see [`Timeout`] for the behaviour.
 #[derive(Debug, Clone, Copy)]
-
 pub struct TimeoutLayer {
     pub(crate) attempt: Duration,
     pub(crate) soft: Option<Duration>,
@@ -59,7 +58,6 @@ impl<S> Layer<S> for TimeoutLayer {
 /// Gives the whole call a deadline, written on the request so the layers inside (retry)
 /// can see how much time is left.
 #[derive(Debug, Clone, Copy)]
-
 pub struct DeadlineLayer {
     pub(crate) total: Duration,
 }

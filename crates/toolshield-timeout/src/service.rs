@@ -21,7 +21,6 @@ use crate::TimeoutLayer;
 /// than the soft threshold is marked with a [`SlowCall`](toolshield_contract::SlowCall) and
 /// still succeeds.
 #[derive(Debug, Clone)]
-
 pub struct Timeout<S> {
     inner: S,
     attempt: Duration,
@@ -104,7 +103,6 @@ where
 /// service. On expiry the inner future is dropped, the attempt token it was given is
 /// cancelled, and the call fails with `TIMEOUT`.
 #[derive(Debug, Clone)]
-
 pub struct Deadline<S> {
     inner: S,
     total: Duration,
