@@ -29,7 +29,7 @@ const OUTCOME_UNKNOWN_MESSAGE: &str =
 /// | `RATE_LIMITED` | 429 Too Many Requests (+ `Retry-After`) |
 /// | `EXECUTION_FAILED`, `OUTCOME_UNKNOWN`, `INTERNAL` | 500 Internal Server Error |
 /// | `CONNECTION_FAILED` | 502 Bad Gateway |
-/// | `CIRCUIT_OPEN`, `UPSTREAM_UNAVAILABLE`, `STORE_UNAVAILABLE`, `CANCELLED` | 503 Service Unavailable (+ `Retry-After`) |
+/// | `CIRCUIT_OPEN`, `UPSTREAM_UNAVAILABLE`, `STORE_UNAVAILABLE`, `OVERLOADED`, `CANCELLED` | 503 Service Unavailable (+ `Retry-After`) |
 /// | `TIMEOUT` | 504 Gateway Timeout |
 ///
 /// `OUTCOME_UNKNOWN` is 500 on purpose: a client's retry policy repeats 502, 503 and 504,
@@ -48,6 +48,7 @@ pub const fn status_for(kind: ErrorKind) -> StatusCode {
         ErrorKind::CircuitOpen
         | ErrorKind::UpstreamUnavailable
         | ErrorKind::StoreUnavailable
+        | ErrorKind::Overloaded
         | ErrorKind::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
         ErrorKind::ExecutionFailed | ErrorKind::OutcomeUnknown | ErrorKind::Internal => {
