@@ -8,7 +8,7 @@ use toolshield_core::keys;
 use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
-use crate::config::CachePolicy;
+use crate::config::CacheConfig;
 use crate::flight::Join;
 use crate::future::ResponseFuture;
 use crate::handle::{bump, Shared};
@@ -52,6 +52,7 @@ pub fn storage_key(tool: &str, caller: Option<&str>, digest: &Digest) -> String 
 pub struct Cache<S> {
     inner: S,
     shared: Arc<Shared>,
+    policy: CacheConfig,
 }
 
 impl<S: Clone> Clone for Cache<S> {
@@ -59,6 +60,7 @@ impl<S: Clone> Clone for Cache<S> {
         Cache {
             inner: self.inner.clone(),
             shared: Arc::clone(&self.shared),
+            policy: self.policy,
         }
     }
 }
@@ -72,8 +74,12 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Cache<S> {
 }
 
 impl<S> Cache<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        Cache { inner, shared }
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, policy: CacheConfig) -> Self {
+        Cache {
+            inner,
+            shared,
+            policy,
+        }
     }
 
     /// The inner service.
@@ -93,7 +99,7 @@ impl<S> Cache<S> {
 }
 
 /// The storage key of `req` under `policy`, or `None` when the request is not cached.
-pub(crate) fn key_for(req: &ToolRequest, policy: &CachePolicy) -> Option<String> {
+pub(crate) fn key_for(req: &ToolRequest, policy: &CacheConfig) -> Option<String> {
     if !req.call_kind().is_cacheable() || policy.ttl.is_zero() {
         return None;
     }
@@ -127,7 +133,7 @@ where
         if !req.call_kind().is_cacheable() {
             return ResponseFuture::passthrough(self.inner.call(req));
         }
-        let policy = self.shared.policy_for(req.settings_name());
+        let policy = self.policy;
         let Some(key) = key_for(&req, &policy) else {
             return ResponseFuture::passthrough(self.inner.call(req));
         };
@@ -159,7 +165,7 @@ async fn run<S>(
     svc: S,
     req: ToolRequest,
     key: String,
-    policy: CachePolicy,
+    policy: CacheConfig,
 ) -> Result<ToolResponse, ToolError>
 where
     S: Service<ToolRequest, Response = ToolResponse>,

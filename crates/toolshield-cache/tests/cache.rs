@@ -43,7 +43,7 @@ fn weather() -> ToolRequest {
 
 fn layer(ttl: Duration, grace: Duration) -> (CacheLayer, CacheHandle) {
     let cfg = CacheConfig::default()
-        .with_ttl("weather", ttl)
+        .with_ttl(ttl)
         .with_stale_if_error(grace);
     let layer = CacheLayer::new(cfg).expect("valid config");
     let handle = layer.handle();
@@ -363,11 +363,10 @@ async fn per_user_requests_are_namespaced_by_caller() {
 
 #[test]
 fn config_is_validated_and_strict() {
-    let bad: Result<CacheConfig, _> = serde_json::from_str(r#"{"default_tll": "1s"}"#);
+    let bad: Result<CacheConfig, _> = serde_json::from_str(r#"{"tll": "1s"}"#);
     assert!(bad.is_err(), "unknown fields are rejected");
     let cfg: CacheConfig =
-        serde_json::from_str(r#"{"default_ttl": "400d", "tools": {"w": {"ttl": "500d"}}}"#)
-            .expect("parses");
+        serde_json::from_str(r#"{"ttl": "400d", "stale_if_error": "500d"}"#).expect("parses");
     let err = cfg.validate().expect_err("too long");
     assert_eq!(err.problems().len(), 2, "every problem is listed: {err}");
     assert!(CacheLayer::new(cfg).is_err());
@@ -461,7 +460,7 @@ async fn a_dropped_leader_future_hands_over_to_a_follower() {
 /// A layer that caches every tool for a minute, namespaced by caller.
 fn per_user_layer() -> CacheLayer {
     CacheLayer::new(CacheConfig {
-        default_ttl: Duration::from_secs(60),
+        ttl: Duration::from_secs(60),
         per_user: true,
         ..CacheConfig::default()
     })

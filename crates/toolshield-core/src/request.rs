@@ -76,8 +76,6 @@ pub struct ToolRequest {
     state: CallState,
     idempotency_key: Option<Arc<str>>,
     execution_id: Uuid,
-    // The configuration section that governs the call when it is not the tool's own.
-    section: Option<Arc<str>>,
     extensions: Extensions,
 }
 
@@ -101,7 +99,6 @@ impl ToolRequest {
             state: CallState::new(),
             idempotency_key: None,
             execution_id: Uuid::new_v4(),
-            section: None,
             extensions: Extensions::new(),
         }
     }
@@ -166,21 +163,6 @@ impl ToolRequest {
     /// The tool name, shared.
     pub fn tool_arc(&self) -> &Arc<str> {
         &self.shared.tool
-    }
-
-    /// The name of the configuration section that governs this call: the tool name,
-    /// unless the call was routed to a whole server (an MCP-style `server__tool` call
-    /// registered with `RouterBuilder::server`), whose section is the server's. Layers
-    /// shared by every tool (cache policy, schema, metrics label) look settings up by
-    /// this name; keys (cache, idempotency, breaker) keep the full tool name.
-    pub fn settings_name(&self) -> &str {
-        self.section.as_deref().unwrap_or(&self.shared.tool)
-    }
-
-    /// Names the configuration section that governs this call (see
-    /// [`settings_name`](Self::settings_name)).
-    pub fn set_settings_name(&mut self, section: Arc<str>) {
-        self.section = Some(section);
     }
 
     /// The payload (the tool's arguments).
@@ -341,7 +323,6 @@ impl Clone for ToolRequest {
             state: self.state.clone(),
             idempotency_key: self.idempotency_key.clone(),
             execution_id: self.execution_id,
-            section: self.section.clone(),
             extensions: self.extensions.clone(),
         }
     }
@@ -386,7 +367,6 @@ impl ShieldRequest for ToolRequest {
             meta.trace_id.as_deref(),
             meta.run_id.as_deref(),
         )
-        .with_group(self.section.as_deref())
     }
     fn begin_attempt(&mut self, attempt: u32) {
         ToolRequest::begin_attempt(self, attempt);

@@ -74,10 +74,7 @@ async fn known_sequence_gives_exact_values() {
     let mut svc = ServiceBuilder::new()
         .layer(metrics.clone())
         .layer(ProvenanceLayer::new())
-        .layer(
-            CacheLayer::new(CacheConfig::default().with_ttl("weather", Duration::from_secs(600)))
-                .unwrap(),
-        )
+        .layer(CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(600))).unwrap())
         .layer(
             RetryLayer::default()
                 .with_backoff(BackoffStrategy::none())

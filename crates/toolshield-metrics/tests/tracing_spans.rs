@@ -80,10 +80,7 @@ async fn spans_have_the_fields_and_no_secret_leaks() {
     let mut svc = ServiceBuilder::new()
         .layer(metrics.clone())
         .layer(ProvenanceLayer::new())
-        .layer(
-            CacheLayer::new(CacheConfig::default().with_ttl("payments", Duration::from_secs(60)))
-                .unwrap(),
-        )
+        .layer(CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(60))).unwrap())
         .layer(
             RetryLayer::default()
                 .with_backoff(BackoffStrategy::none())
