@@ -307,8 +307,7 @@ async fn subscribe_once(
     ready: &mut Option<oneshot::Sender<()>>,
 ) -> Result<(), Error> {
     let within = conn.config().connect_timeout;
-    let client = redis::Client::open(url)
-        .map_err(|e| Error::redis("breaker subscription", &e))?;
+    let client = redis::Client::open(url).map_err(|e| Error::redis("breaker subscription", &e))?;
     let mut pubsub = match tokio::time::timeout(within, async {
         let mut p = client.get_async_pubsub().await?;
         p.subscribe(channel).await?;

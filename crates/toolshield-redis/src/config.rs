@@ -143,7 +143,10 @@ impl RedisConfig {
                     Err(e) => p.push(&path, format_args!("not a redis url: {e}")),
                     Ok(info) => {
                         if matches!(info.addr(), redis::ConnectionAddr::Unix(_)) {
-                            p.push(&path, "a cluster node is reached over TCP, not a unix socket");
+                            p.push(
+                                &path,
+                                "a cluster node is reached over TCP, not a unix socket",
+                            );
                         }
                         if info.redis_settings().db() != 0 {
                             p.push(&path, "a cluster has only database 0");

@@ -194,20 +194,28 @@ impl RedisConnection {
     }
 
     /// `PING` within [`health_timeout`](RedisConfig::health_timeout): the round-trip time,
-    /// or why Redis is not healthy. For a health endpoint. On a cluster the `PING` goes to
-    /// every master, so a master that is down makes the cluster unhealthy (its slots are
-    /// unavailable).
+    /// or why Redis is not healthy. For a health endpoint.
+    ///
+    /// On a cluster the `PING` goes to every master the client knows, then `CLUSTER INFO`
+    /// (one node) must report `cluster_state:ok` with all 16384 slots served: a master
+    /// that is down makes the cluster unhealthy, before and after the other nodes mark it
+    /// failed, since its slots are unavailable. Two round trips, each within the timeout.
     pub async fn health(&self) -> Result<Duration, Error> {
         let started = Instant::now();
         let timeout = self.shared.config.health_timeout;
         let pong: String = self
             .query_within("ping", &redis::cmd("PING"), timeout)
             .await?;
-        if pong == "PONG" {
-            Ok(started.elapsed())
-        } else {
-            Err(Error::new(format!("ping answered {pong:?}")))
+        if pong != "PONG" {
+            return Err(Error::new(format!("ping answered {pong:?}")));
         }
+        if self.is_cluster() {
+            let info: String = self
+                .query_within("cluster info", redis::cmd("CLUSTER").arg("INFO"), timeout)
+                .await?;
+            cluster_healthy(&info)?;
+        }
+        Ok(started.elapsed())
     }
 
     /// `INFO section` (`"commandstats"`, `"server"`, ...): the server's report, for
@@ -311,16 +319,37 @@ fn cluster_connection(config: &RedisConfig) -> Result<ClusterConnection, Error> 
     Ok(client.get_pending_async_connection_with_config(cluster_config))
 }
 
+/// Whether a `CLUSTER INFO` report shows a cluster that serves every slot.
+fn cluster_healthy(info: &str) -> Result<(), Error> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("?")
+    };
+    let state = field("cluster_state:");
+    let ok = field("cluster_slots_ok:");
+    if state == "ok" && ok == "16384" {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "cluster state {state}, {ok} of 16384 slots served ({} failing, {} possibly failing)",
+            field("cluster_slots_fail:"),
+            field("cluster_slots_pfail:")
+        )))
+    }
+}
+
 /// The text of an `INFO` answer: one node's string, or every master's on a cluster.
 fn info_text(v: redis::Value) -> Result<String, Error> {
     match v {
         redis::Value::Map(nodes) => {
             let mut out = String::new();
             for (node, text) in nodes {
-                let node: String = redis::from_redis_value(node)
-                    .map_err(|e| Error::new(format!("info: {e}")))?;
-                let text: String = redis::from_redis_value(text)
-                    .map_err(|e| Error::new(format!("info: {e}")))?;
+                let node: String =
+                    redis::from_redis_value(node).map_err(|e| Error::new(format!("info: {e}")))?;
+                let text: String =
+                    redis::from_redis_value(text).map_err(|e| Error::new(format!("info: {e}")))?;
                 out.push_str("# node ");
                 out.push_str(&node);
                 out.push_str("\r\n");

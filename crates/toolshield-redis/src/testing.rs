@@ -643,14 +643,20 @@ impl RedisCluster {
     /// Stops the node on `port` (`SIGSTOP`): its connections stay open, nothing is
     /// answered.
     pub fn pause_node(&mut self, port: u16) {
-        if let Some(pid) = self.node(port).and_then(|n| n.child.as_ref().map(Child::id)) {
+        if let Some(pid) = self
+            .node(port)
+            .and_then(|n| n.child.as_ref().map(Child::id))
+        {
             signal(pid, "-STOP");
         }
     }
 
     /// Continues a stopped node (`SIGCONT`).
     pub fn resume_node(&mut self, port: u16) {
-        if let Some(pid) = self.node(port).and_then(|n| n.child.as_ref().map(Child::id)) {
+        if let Some(pid) = self
+            .node(port)
+            .and_then(|n| n.child.as_ref().map(Child::id))
+        {
             signal(pid, "-CONT");
         }
     }
