@@ -458,3 +458,99 @@ async fn after_a_failover_to_a_replica_the_records_replay_and_new_calls_run() {
     svc.clone().oneshot(pay("after-failover")).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 2, "each key ran once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_openings_reach_a_process_subscribed_on_another_node_even_after_that_node_dies() {
+    use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry};
+    use toolshield_core::{ToolError, ToolResponse};
+    use toolshield_redis::SharedBreakerState;
+    use tower::Layer as _;
+
+    let test =
+        "breaker_openings_reach_a_process_subscribed_on_another_node_even_after_that_node_dies";
+    let Some(mut cluster) = private_cluster(test, ClusterOptions::default()) else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let hash_master = cluster
+        .master_of(&format!("{prefix}breaker:{{fleet}}"))
+        .unwrap();
+    // B subscribes first on a node that does not hold the hash (seeds in that order),
+    // then on the hash's master when that node is gone.
+    let ports = cluster.ports();
+    let b_node = *ports.iter().find(|p| **p != hash_master).unwrap();
+    let url = |p: u16| format!("redis://127.0.0.1:{p}");
+    let conn = |seeds: Vec<String>| {
+        RedisConnection::connect(
+            RedisConfig::cluster(seeds)
+                .with_key_prefix(prefix.clone())
+                .with_op_timeout(Duration::from_secs(1)),
+        )
+    };
+    let conn_a = conn(cluster.seeds()).await.unwrap();
+    let conn_b = conn(vec![url(b_node), url(hash_master)]).await.unwrap();
+    let open_wait = Duration::from_millis(600);
+    let registry = || {
+        BreakerRegistry::new(BreakerConfig {
+            consecutive_failures: 2,
+            open_wait,
+            ..BreakerConfig::default()
+        })
+        .unwrap()
+    };
+    let (reg_a, reg_b) = (registry(), registry());
+    let _shared_a = SharedBreakerState::attach(&reg_a, conn_a, "fleet")
+        .await
+        .unwrap();
+    let shared_b = SharedBreakerState::attach(&reg_b, conn_b, "fleet")
+        .await
+        .unwrap();
+    let failing =
+        BreakerLayer::new(reg_a.clone()).layer(tower::service_fn(|_r: ToolRequest| async {
+            Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
+        }));
+    let req = || ToolRequest::new("payments", json!({}));
+    let trip = || async {
+        for _ in 0..2 {
+            let _ = failing.clone().oneshot(req()).await;
+        }
+    };
+    let seen = |within: Duration| {
+        let shared_b = &shared_b;
+        async move {
+            let deadline = tokio::time::Instant::now() + within;
+            while shared_b.open_elsewhere("payments").is_none() {
+                if tokio::time::Instant::now() > deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            true
+        }
+    };
+    trip().await;
+    assert!(
+        seen(Duration::from_secs(2)).await,
+        "published on one node, heard on another"
+    );
+
+    cluster.kill_node(b_node);
+    // After the open period the half-open probe fails and A opens again.
+    tokio::time::sleep(open_wait + Duration::from_millis(100)).await;
+    assert!(
+        shared_b.open_elsewhere("payments").is_none(),
+        "the first period ended"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    loop {
+        let _ = failing.clone().oneshot(req()).await;
+        if seen(Duration::from_millis(300)).await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B never resubscribed on the surviving seed"
+        );
+        tokio::time::sleep(open_wait).await;
+    }
+}
