@@ -363,7 +363,7 @@ fn replica_processes_on_a_cluster_run_each_key_once_through_a_kill_and_a_pause()
     let target = vec!["--cluster".to_owned(), cluster.seeds().join(",")];
     // Every key is of the tool `pay`: one slot, one master; that master is paused.
     let slot_owner = cluster
-        .master_of(&format!("x:{{pay}}"))
+        .master_of("x:{pay}")
         .expect("the master of pay's slot");
     scenario("cluster", target, &mut |stop| {
         if stop {
