@@ -53,6 +53,22 @@ async fn the_stores_pass_the_contract_suites_on_a_cluster() {
     assert!(rtt < conn.config().health_timeout);
     let info = conn.info("server").await.expect("info of every master");
     assert_eq!(info.matches("# node ").count(), 3, "{info}");
+
+    // A blank tool name gives an empty hash tag: the record and its marker hash apart,
+    // and the claim is refused (a store error), never half-applied.
+    let store = RedisIdempotencyStore::new(conn.clone());
+    let key = toolshield_idempotency::storage_key("", None, "k");
+    let record = toolshield_idempotency::IdempotencyRecord::pending(
+        toolshield_core::Digest::of_bytes(b"p"),
+        "owner",
+        Duration::from_secs(5),
+    );
+    let refused = store.claim(&key, record, Duration::from_secs(5)).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        store.get(&key).await.unwrap().is_none(),
+        "nothing was written"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
