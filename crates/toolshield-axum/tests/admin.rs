@@ -5,10 +5,11 @@
 mod support;
 
 use serde_json::json;
+use toolshield::collectors::BreakerMetrics;
 use toolshield_axum::ShieldRouter;
 use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState, TransitionReason};
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_metrics::{local_prometheus, BreakerMetrics};
+use toolshield_metrics::local_prometheus;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 
 use support::{request, serve};

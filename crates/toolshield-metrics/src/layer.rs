@@ -85,7 +85,7 @@ impl MetricsConfig {
     }
 }
 
-/// Records the DESIGN §5 metrics and the `tool_execution` span once per logical call.
+/// Records the call metrics (docs/observability.md) and the `tool_execution` span once per logical call.
 ///
 /// Place it outermost. For per-attempt metrics (`tool_attempts_total`,
 /// `tool_retries_total`) and spans, put [`attempt_layer`](Self::attempt_layer) inside

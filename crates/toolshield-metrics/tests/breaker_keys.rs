@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::advance;
+use toolshield::collectors::BreakerMetrics;
 use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry};
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_metrics::{local_prometheus, BreakerMetrics, PrometheusExporter};
+use toolshield_metrics::{local_prometheus, PrometheusExporter};
 use tower::{service_fn, util::BoxCloneService, Layer, Service, ServiceExt};
 
 use support::{parse, Exposition};

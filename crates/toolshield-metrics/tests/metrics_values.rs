@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use toolshield::collectors::BreakerMetrics;
 use toolshield_breaker::{BreakerConfig, BreakerLayer};
 use toolshield_cache::{CacheConfig, CacheLayer};
 use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_metrics::{local_prometheus, BreakerMetrics, MetricsConfig, MetricsLayer};
+use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
 use toolshield_provenance::ProvenanceLayer;
 use toolshield_retry::{BackoffStrategy, RetryLayer};
 use toolshield_timeout::TimeoutLayer;

@@ -59,6 +59,7 @@ pub use toolshield_core::{
     ToolResponse, ToolResult,
 };
 
+pub mod collectors;
 pub mod config;
 pub mod shield;
 

@@ -21,10 +21,10 @@ use toolshield_fallback::FallbackLayer;
 use toolshield_idempotency::{
     IdempotencyHandle, IdempotencyLayer, IdempotencyStore, InMemoryIdempotencyStore,
 };
-use toolshield_metrics::{
-    BreakerMetrics, FallbackMetrics, MetricsConfig, MetricsLayer, PrometheusExporter,
-};
+use toolshield_metrics::{MetricsConfig, MetricsLayer, PrometheusExporter};
 use toolshield_provenance::ProvenanceLayer;
+
+use crate::collectors::{BreakerMetrics, FallbackMetrics};
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use toolshield_validate::{Schema, ValidateLayer};
@@ -50,7 +50,7 @@ struct ToolLayers {
     timeout: TimeoutLayer,
 }
 
-/// The default stack of DESIGN §3 built from a [`ShieldConfig`], with its shared
+/// The default stack (see docs/layer-order.md) built from a [`ShieldConfig`], with its shared
 /// state: breaker registries, the result cache, the idempotency store, the schemas.
 ///
 /// Cloning is cheap and every clone (and every service it wraps) shares that state.
