@@ -9,7 +9,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use serde_json::json;
-use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::BareTool;
 use toolshield_cancel::CancelLayer;
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
@@ -17,22 +18,6 @@ use tower::{Layer, Service};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-/// A tool that answers at once without allocating.
-#[derive(Clone)]
-struct Bare;
-
-impl Service<ToolRequest> for Bare {
-    type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = std::future::Ready<Result<ToolResponse, ToolError>>;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, _req: ToolRequest) -> Self::Future {
-        std::future::ready(Ok(ToolResponse::new(serde_json::Value::Bool(true))))
-    }
-}
 
 /// Allocations made by `n` calls through `svc`, requests built beforehand: the least of
 /// three runs. The counter is process-wide, so another thread (the test harness printing
@@ -76,18 +61,18 @@ fn timeout_deadline_and_cancel_do_not_allocate_on_success() {
     rt.block_on(async {
         let mut timeout = TimeoutLayer::new(Duration::from_secs(30))
             .soft_threshold(Duration::from_secs(2))
-            .layer(Bare);
-        let mut deadline = DeadlineLayer::new(Duration::from_secs(30)).layer(Bare);
-        let mut cancel = CancelLayer::new().layer(Bare);
+            .layer(BareTool);
+        let mut deadline = DeadlineLayer::new(Duration::from_secs(30)).layer(BareTool);
+        let mut cancel = CancelLayer::new().layer(BareTool);
         let mut all = CancelLayer::new().layer(
             DeadlineLayer::new(Duration::from_secs(30))
-                .layer(TimeoutLayer::new(Duration::from_secs(30)).layer(Bare)),
+                .layer(TimeoutLayer::new(Duration::from_secs(30)).layer(BareTool)),
         );
         // warm up lazily initialised runtime state (timer wheel, thread locals)
         allocations_per_call(&mut all, 10);
 
         assert_eq!(
-            allocations_per_call(&mut Bare, 1000),
+            allocations_per_call(&mut BareTool, 1000),
             0,
             "the baseline must not allocate"
         );

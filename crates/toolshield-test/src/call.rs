@@ -57,3 +57,39 @@ where
         Poll::Pending => panic!("call_now: the response future is pending"),
     }
 }
+
+/// Polls `fut` to completion on the current thread with a no-op waker, spinning while it
+/// is pending: no executor, so every entry of a bench group pays the same (nothing) for
+/// one. Only for futures that make progress without being woken (no timers, no I/O).
+///
+/// ```
+/// assert_eq!(toolshield_test::block_on(async { 7 }), 7);
+/// ```
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut fut = pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
+
+/// One call through `svc` with [`block_on`]: polls readiness once (ignoring the answer,
+/// as a service that is always ready gives), calls, and waits for the response.
+///
+/// ```
+/// use serde_json::json;
+/// use toolshield_core::ToolRequest;
+/// use toolshield_test::{call_blocking, BareTool};
+///
+/// assert!(call_blocking(&mut BareTool, ToolRequest::new("t", json!(null))).is_ok());
+/// ```
+pub fn call_blocking<S, Req>(svc: &mut S, req: Req) -> Result<S::Response, S::Error>
+where
+    S: Service<Req>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let _ = svc.poll_ready(&mut cx);
+    block_on(svc.call(req))
+}

@@ -8,7 +8,7 @@ mod counting;
 mod script;
 
 pub use bare::{BareTool, FailOnPayload};
-pub use call::{call, call_now};
+pub use call::{block_on, call, call_blocking, call_now};
 pub use counting::{counting_tool, CountingTool};
 pub use script::{gaps, ScriptedTool, Seen};
 
