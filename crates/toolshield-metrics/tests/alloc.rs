@@ -7,9 +7,9 @@ use std::alloc::System;
 use serde_json::Value;
 use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use toolshield_test::BareTool;
-use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_core::ToolRequest;
 use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
-use tower::{service_fn, Layer, Service, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;

@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use serde_json::json;
 use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use toolshield_test::BareTool;
-use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{CallKind, ToolRequest};
 use toolshield_retry::RetryLayer;
 use tower::{Layer, Service};
 
