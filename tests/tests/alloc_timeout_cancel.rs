@@ -3,14 +3,11 @@
 //! One test in this file: the counting allocator sees every thread of the process.
 
 use std::alloc::System;
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use serde_json::json;
-use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_test::BareTool;
+use toolshield_test::alloc::{least_of, measure, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::{call_now, BareTool};
 use toolshield_cancel::CancelLayer;
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
@@ -27,10 +24,7 @@ fn allocations_per_call<S>(svc: &mut S, n: usize) -> usize
 where
     S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
 {
-    (0..3)
-        .map(|_| allocations_once(svc, n))
-        .min()
-        .unwrap_or(usize::MAX)
+    least_of(3, || allocations_once(svc, n))
 }
 
 fn allocations_once<S>(svc: &mut S, n: usize) -> usize
@@ -38,17 +32,11 @@ where
     S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
 {
     let reqs: Vec<_> = (0..n).map(|_| ToolRequest::new("t", json!(null))).collect();
-    let mut cx = Context::from_waker(Waker::noop());
-    let region = Region::new(GLOBAL);
-    for req in reqs {
-        assert!(svc.poll_ready(&mut cx).is_ready());
-        let mut fut = pin!(svc.call(req));
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(r) => assert!(r.is_ok()),
-            Poll::Pending => panic!("bare tool is always ready"),
+    let ((), stats) = measure(|| {
+        for req in reqs {
+            assert!(call_now(svc, req).is_ok());
         }
-    }
-    let stats = region.change();
+    });
     stats.allocations + stats.reallocations
 }
 

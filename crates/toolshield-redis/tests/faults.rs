@@ -4,9 +4,8 @@
 mod common;
 
 use std::future::Future;
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{call, connect, counting_tool, pay, prefix, stack};
@@ -22,6 +21,7 @@ use toolshield_idempotency::{
 };
 use toolshield_redis::testing::{private_persistent_redis, private_redis};
 use toolshield_redis::RedisIdempotencyStore;
+use toolshield_test::LogCapture;
 
 /// Short enough to keep the stalled-Redis test quick, long enough for a loaded CI machine.
 const OP_TIMEOUT: Duration = Duration::from_millis(400);
@@ -119,26 +119,6 @@ async fn fail_closed_runs_nothing_while_redis_is_down_and_recovers_after_restart
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-/// Collects what the `fmt` subscriber writes.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn fail_open_runs_and_logs_while_redis_is_down_and_dedupes_again_after_restart() {
     let Some(mut redis) = private_redis(
@@ -146,7 +126,7 @@ async fn fail_open_runs_and_logs_while_redis_is_down_and_dedupes_again_after_res
     ) else {
         return;
     };
-    let logs = Logs::default();
+    let logs = LogCapture::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())

@@ -13,10 +13,7 @@ use toolshield_core::config::{Problems, MAX_DURATION};
 use toolshield_core::{ErrorKind, ToolError};
 use toolshield_retry::{BackoffStrategy, Jitter, RetryConfig, RetryLayer};
 use tower::{Layer, ServiceExt};
-
-fn fields(err: &toolshield_core::ConfigError) -> Vec<&str> {
-    err.problems().iter().map(|p| p.field.as_str()).collect()
-}
+use toolshield_test::problem_fields;
 
 #[test]
 fn validate_reports_every_unbounded_duration_with_its_path() {
@@ -30,7 +27,7 @@ fn validate_reports_every_unbounded_duration_with_its_path() {
     .unwrap();
     let err = cfg.validate().unwrap_err();
     assert_eq!(
-        fields(&err),
+        problem_fields(&err),
         [
             "max_attempts",
             "backoff.base",
@@ -66,7 +63,7 @@ fn validate_reports_every_unbounded_duration_with_its_path() {
         let mut p = Problems::new();
         strategy.check("b", &mut p);
         let err = p.into_result().unwrap_err();
-        assert_eq!(fields(&err), expected, "{err}");
+        assert_eq!(problem_fields(&err), expected, "{err}");
     }
 }
 
