@@ -17,8 +17,8 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::Value;
 use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry};
-use toolshield_test::{block_on, call_blocking};
 use toolshield_core::{CallKind, ShieldRequest, ToolError, ToolResponse};
+use toolshield_test::{block_on, call_blocking};
 use tower::{Layer, Service};
 
 /// A request that costs nothing to build and drop, so the group measures the breakers

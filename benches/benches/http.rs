@@ -19,8 +19,8 @@ use http_body_util::Full;
 use toolshield_breaker::{BreakerLayer, BreakerRegistry};
 use toolshield_http::{BufferLayer, HttpErrorLayer};
 use toolshield_retry::RetryLayer;
-use toolshield_timeout::TimeoutLayer;
 use toolshield_test::call_blocking;
+use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
 
 /// An HTTP "client" that answers 200 with an empty body at once.

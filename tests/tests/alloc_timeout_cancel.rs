@@ -6,10 +6,10 @@ use std::alloc::System;
 use std::time::Duration;
 
 use serde_json::json;
-use toolshield_test::alloc::{least_of, measure, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_test::{call_now, BareTool};
 use toolshield_cancel::CancelLayer;
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_test::alloc::{least_of, measure, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::{call_now, BareTool};
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use tower::{Layer, Service};
 

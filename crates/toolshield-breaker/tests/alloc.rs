@@ -6,10 +6,10 @@ use std::future::{ready, Ready};
 use std::task::{Context, Poll};
 
 use serde_json::{json, Value};
-use toolshield_test::alloc::{one_at_a_time, Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_test::call_now;
 use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_test::alloc::{one_at_a_time, Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::call_now;
 use tower::{Layer, Service};
 
 #[global_allocator]

@@ -5,10 +5,10 @@
 use std::alloc::System;
 
 use serde_json::Value;
-use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_test::BareTool;
 use toolshield_core::ToolRequest;
 use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
+use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::BareTool;
 use tower::{Layer, Service, ServiceExt};
 
 #[global_allocator]

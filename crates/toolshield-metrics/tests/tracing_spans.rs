@@ -13,9 +13,9 @@ use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse}
 use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
 use toolshield_provenance::ProvenanceLayer;
 use toolshield_retry::{BackoffStrategy, RetryLayer};
+use toolshield_test::LogCapture;
 use toolshield_timeout::TimeoutLayer;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use toolshield_test::LogCapture;
 use tracing_subscriber::fmt::format::FmtSpan;
 
 const SECRET: &str = "sk-live-51HZsecretTOKEN";

@@ -7,10 +7,10 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use serde_json::json;
-use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_test::BareTool;
 use toolshield_core::{CallKind, ToolRequest};
 use toolshield_retry::RetryLayer;
+use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::BareTool;
 use tower::{Layer, Service};
 
 #[global_allocator]

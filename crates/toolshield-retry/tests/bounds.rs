@@ -7,13 +7,13 @@ mod common;
 use std::time::Duration;
 
 use common::{err, ok, read_request};
-use toolshield_test::{gaps, ScriptedTool};
 use tokio::time::Instant;
 use toolshield_core::config::{Problems, MAX_DURATION};
 use toolshield_core::{ErrorKind, ToolError};
 use toolshield_retry::{BackoffStrategy, Jitter, RetryConfig, RetryLayer};
-use tower::{Layer, ServiceExt};
 use toolshield_test::problem_fields;
+use toolshield_test::{gaps, ScriptedTool};
+use tower::{Layer, ServiceExt};
 
 #[test]
 fn validate_reports_every_unbounded_duration_with_its_path() {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::read_request;
-use toolshield_test::ScriptedTool;
 use toolshield_core::ErrorKind;
 use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryBudget, RetryConfig, RetryLayer};
+use toolshield_test::ScriptedTool;
 use tower::{Layer, ServiceExt};
 
 /// Every call fails and wants one retry: the budget alone decides.

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{err, ok, read_request};
-use toolshield_test::ScriptedTool;
 use tokio::time::Instant;
 use toolshield_core::{ErrorKind, ToolError, ToolResponse};
 use toolshield_retry::{BackoffStrategy, RetryBudget, RetryConfig, RetryLayer};
+use toolshield_test::ScriptedTool;
 use tower::{Layer, ServiceExt};
 
 fn rate_limited(wait: Duration) -> Result<ToolResponse, ToolError> {

@@ -5,7 +5,6 @@ mod common;
 use std::time::Duration;
 
 use common::{err, ok, read_request};
-use toolshield_test::{gaps, ScriptedTool};
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -13,6 +12,7 @@ use toolshield_core::{
     CallKind, ErrorKind, Failure, Outcome, ToolError, ToolRequest, ToolResponse,
 };
 use toolshield_retry::{BackoffStrategy, Jitter, RetryConfig, RetryLayer};
+use toolshield_test::{gaps, ScriptedTool};
 use tower::{Layer, ServiceExt};
 
 fn no_wait() -> RetryLayer {

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{err, ok};
-use toolshield_test::ScriptedTool;
 use serde_json::json;
 use toolshield_core::{CallKind, ErrorKind, ToolRequest};
 use toolshield_retry::{BackoffStrategy, RetryLayer};
+use toolshield_test::ScriptedTool;
 use tower::{Layer, ServiceExt};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};

@@ -1,25 +1,28 @@
 //! Counting heap allocations, with [`stats_alloc`].
 //!
 //! The counting allocator must be the global allocator of the test binary, and only a
-//! binary can declare it: each test file that measures declares
+//! binary can declare it: each test file that measures declares it as below, then
+//! measures with [`measure`]. The counter is process-wide: it sees every thread, so tests
+//! of one binary that measure take [`one_at_a_time`], and a test that must not count the
+//! harness's own allocations takes the least of a few runs ([`least_of`]). [`measure`]
+//! panics if the global allocator was not declared, rather than reporting zero
+//! allocations.
 //!
-//! ```ignore
-//! #[global_allocator]
-//! static GLOBAL: &toolshield_test::alloc::StatsAlloc<std::alloc::System> =
-//!     &toolshield_test::alloc::INSTRUMENTED_SYSTEM;
 //! ```
+//! use std::alloc::System;
+//! use toolshield_test::alloc::{least_of, measure, one_at_a_time, StatsAlloc, INSTRUMENTED_SYSTEM};
 //!
-//! then measures with [`measure`]. The counter is process-wide: it sees every thread, so
-//! tests of one binary that measure take [`one_at_a_time`], and a test that must not
-//! count the harness's own allocations takes the least of a few runs ([`least_of`]).
-//! [`measure`] panics if the global allocator was not declared, rather than reporting
-//! zero allocations.
+//! #[global_allocator]
+//! static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 //!
-//! ```ignore
-//! use toolshield_test::alloc::{least_of, measure};
-//!
-//! let allocations = least_of(3, || measure(|| drop(Box::new(7))).1.allocations);
-//! assert_eq!(allocations, 1);
+//! fn main() {
+//!     let _one_at_a_time = one_at_a_time();
+//!     let (len, stats) = measure(|| std::hint::black_box(vec![1_u8, 2, 3]).len());
+//!     assert_eq!(len, 3);
+//!     assert!(stats.allocations >= 1);
+//!     let none = least_of(3, || measure(|| 2 + 2).1.allocations);
+//!     assert_eq!(none, 0);
+//! }
 //! ```
 
 use std::sync::{Mutex, MutexGuard};

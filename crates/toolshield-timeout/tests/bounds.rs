@@ -8,9 +8,9 @@ use serde_json::json;
 use tokio::time::{sleep, Instant};
 use toolshield_core::config::MAX_DURATION;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_test::problem_fields;
 use toolshield_timeout::{DeadlineLayer, TimeoutConfig, TimeoutLayer};
 use tower::{service_fn, Layer, Service, ServiceExt};
-use toolshield_test::problem_fields;
 
 #[test]
 fn validate_reports_every_unbounded_duration_with_the_other_problems() {

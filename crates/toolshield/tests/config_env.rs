@@ -80,7 +80,11 @@ fn override_of_a_name_two_tools_share_ignoring_case_is_a_problem() {
         [("TOOLSHIELD_TOOLS__WEATHER__KIND", "read_only")],
     )
     .unwrap_err();
-    assert_eq!(problem_fields(&err), ["TOOLSHIELD_TOOLS__WEATHER__KIND"], "{err}");
+    assert_eq!(
+        problem_fields(&err),
+        ["TOOLSHIELD_TOOLS__WEATHER__KIND"],
+        "{err}"
+    );
 }
 
 #[test]
@@ -198,7 +202,10 @@ fn two_variables_setting_one_key_in_different_case_are_a_problem() {
     )
     .unwrap_err();
     assert_eq!(err.problems().len(), 1, "{err}");
-    assert!(problem_fields(&err)[0].starts_with("TOOLSHIELD_TOOLS__"), "{err}");
+    assert!(
+        problem_fields(&err)[0].starts_with("TOOLSHIELD_TOOLS__"),
+        "{err}"
+    );
 }
 
 #[test]
