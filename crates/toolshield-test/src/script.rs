@@ -82,7 +82,9 @@ impl ScriptedTool {
 
     /// Answers each call after its delay (tokio time) with its result, in order.
     #[must_use]
-    pub fn steps(steps: impl IntoIterator<Item = Step>) -> Self {
+    pub fn steps(
+        steps: impl IntoIterator<Item = (Duration, Result<ToolResponse, ToolError>)>,
+    ) -> Self {
         ScriptedTool {
             inner: Arc::new(Mutex::new(Inner {
                 steps: steps.into_iter().collect(),
