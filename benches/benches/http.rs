@@ -7,10 +7,9 @@
 #![allow(missing_docs)]
 
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Ready};
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,18 +19,9 @@ use http_body_util::Full;
 use toolshield_breaker::{BreakerLayer, BreakerRegistry};
 use toolshield_http::{BufferLayer, HttpErrorLayer};
 use toolshield_retry::RetryLayer;
+use toolshield_test::call_blocking;
 use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
-
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut fut = pin!(fut);
-    loop {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
-}
 
 /// An HTTP "client" that answers 200 with an empty body at once.
 #[derive(Clone, Copy)]
@@ -62,9 +52,7 @@ where
     S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
     S::Error: std::fmt::Debug,
 {
-    let mut cx = Context::from_waker(Waker::noop());
-    let _ = svc.poll_ready(&mut cx);
-    let res = block_on(svc.call(req));
+    let res = call_blocking(svc, req);
     assert_eq!(black_box(res).unwrap().status(), StatusCode::OK);
 }
 

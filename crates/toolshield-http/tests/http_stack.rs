@@ -10,7 +10,6 @@ use http_body_util::Full;
 use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_core::{ErrorKind, ToolError};
 use toolshield_http::{hyper_client, BufferLayer, HttpErrorLayer};
-use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryConfig, RetryLayer};
 use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -21,16 +20,7 @@ fn stack(
     registry: BreakerRegistry,
     attempts: u32,
 ) -> impl Service<Request<Full<Bytes>>, Response = Resp, Error = ToolError> + Clone {
-    let retry = RetryLayer::from_config(RetryConfig {
-        max_attempts: attempts,
-        backoff: BackoffStrategy::None,
-        budget: BudgetConfig {
-            enabled: false,
-            ..BudgetConfig::default()
-        },
-        ..RetryConfig::default()
-    })
-    .unwrap();
+    let retry = support::retry_now(attempts);
     ServiceBuilder::new()
         .layer(BufferLayer::default())
         .layer(retry)

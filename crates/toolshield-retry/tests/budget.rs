@@ -6,9 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{read_request, Script};
+use common::read_request;
 use toolshield_core::ErrorKind;
 use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryBudget, RetryConfig, RetryLayer};
+use toolshield_test::ScriptedTool;
 use tower::{Layer, ServiceExt};
 
 /// Every call fails and wants one retry: the budget alone decides.
@@ -27,7 +28,7 @@ async fn the_fraction_holds_under_sustained_failure() {
     // 1000 failing calls over 10 s, through clones of one service.
     let layer = layer(BudgetConfig::default());
     let stats = layer.stats();
-    let tool = Script::always(ErrorKind::UpstreamUnavailable);
+    let tool = ScriptedTool::always(ErrorKind::UpstreamUnavailable);
     let svc = layer.layer(tool.service());
     for _ in 0..1000 {
         let _ = svc.clone().oneshot(read_request()).await;
@@ -58,7 +59,7 @@ async fn a_fractional_ratio_never_rounds_up() {
         min_per_sec: 0,
         ..Default::default()
     });
-    let tool = Script::always(ErrorKind::Timeout);
+    let tool = ScriptedTool::always(ErrorKind::Timeout);
     let svc = layer.layer(tool.service());
     for _ in 0..1000 {
         let _ = svc.clone().oneshot(read_request()).await;
@@ -75,8 +76,8 @@ async fn the_budget_is_shared_by_every_service_the_layer_builds() {
         burst: 1,
         ..Default::default()
     });
-    let a = Script::always(ErrorKind::Timeout);
-    let b = Script::always(ErrorKind::Timeout);
+    let a = ScriptedTool::always(ErrorKind::Timeout);
+    let b = ScriptedTool::always(ErrorKind::Timeout);
     let _ = layer.layer(a.service()).oneshot(read_request()).await;
     let _ = layer.layer(b.service()).oneshot(read_request()).await;
     assert_eq!(a.calls(), 2, "the one token went to the first service");
@@ -122,8 +123,8 @@ async fn a_budget_can_be_shared_across_layers_or_disabled() {
     let shared = Arc::new(RetryBudget::new(0.0, 1, 1));
     let l1 = layer(BudgetConfig::default()).with_budget(Arc::clone(&shared));
     let l2 = layer(BudgetConfig::default()).with_budget(Arc::clone(&shared));
-    let a = Script::always(ErrorKind::Timeout);
-    let b = Script::always(ErrorKind::Timeout);
+    let a = ScriptedTool::always(ErrorKind::Timeout);
+    let b = ScriptedTool::always(ErrorKind::Timeout);
     let _ = l1.layer(a.service()).oneshot(read_request()).await;
     let _ = l2.layer(b.service()).oneshot(read_request()).await;
     assert_eq!((a.calls(), b.calls()), (2, 1));
@@ -133,7 +134,7 @@ async fn a_budget_can_be_shared_across_layers_or_disabled() {
         ..Default::default()
     });
     assert!(unlimited.budget().is_none());
-    let c = Script::always(ErrorKind::Timeout);
+    let c = ScriptedTool::always(ErrorKind::Timeout);
     let svc = unlimited.layer(c.service());
     for _ in 0..100 {
         let _ = svc.clone().oneshot(read_request()).await;
