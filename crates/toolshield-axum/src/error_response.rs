@@ -40,7 +40,7 @@ use crate::status::error_response;
 /// use toolshield_timeout::TimeoutLayer;
 ///
 /// # fn main() -> Result<(), toolshield_core::ConfigError> {
-/// let breaker = BreakerLayer::from_config(BreakerConfig {
+/// let breaker = BreakerLayer::from_config(&BreakerConfig {
 ///     consecutive_failures: 5,
 ///     open_wait: Duration::from_secs(30),
 ///     ..BreakerConfig::default()

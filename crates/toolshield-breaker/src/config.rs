@@ -53,7 +53,7 @@ impl Default for WindowConfig {
 
 /// Configuration of every breaker of a [`BreakerRegistry`](crate::BreakerRegistry).
 ///
-/// Defaults (DESIGN §4): trips on 5 consecutive failures, on a failure rate of 50 % of
+/// Defaults: trips on 5 consecutive failures, on a failure rate of 50 % of
 /// the last 100 calls once 20 were recorded, or on a slow-call rate of 100 %; stays open
 /// 30 s; then admits 1 probe, and 1 success closes it.
 ///

@@ -18,7 +18,7 @@ type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
 
 /// A breaker layer over a tool that fails when the payload says `"fail"`.
 fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry) {
-    let layer = BreakerLayer::from_config(config).expect("valid config");
+    let layer = BreakerLayer::from_config(&config).expect("valid config");
     let registry = layer.registry().clone();
     let tool = service_fn(|req: ToolRequest| async move {
         if req.payload()["r"] == "fail" {

@@ -7,13 +7,9 @@
 //! [`Outcome::Cancelled`](toolshield_contract::Outcome::Cancelled), so no breaker counts it
 //! and no retry repeats it.
 //!
-//! In the default stack it sits just inside metrics and provenance, outside the deadline,
-//! so a cancelled call stops retries, backoff waits and the tool alike:
-//!
-//! ```text
-//! metrics > provenance > CANCEL > deadline > validate > cache > idempotency > fallback
-//!         > retry > breaker > attempt timeout > tool
-//! ```
+//! In the default stack it sits outside the total deadline and everything below it, so a
+//! cancelled call stops retries, backoff waits and the tool alike (the whole order:
+//! `docs/layer-order.md`).
 //!
 //! The tool itself sees a child of the call token
 //! ([`ToolRequest::attempt_token`](toolshield_contract::ToolRequest::attempt_token)), which

@@ -321,7 +321,7 @@ impl ToolRequest {
             .clone()
     }
 
-    /// `{tool}:{payload digest}`, the cache key of DESIGN §4.
+    /// `{tool}:{payload digest}`, the cache key (`docs/cache.md`).
     pub fn cache_key(&self) -> Result<String, ToolError> {
         Ok(cache_key_from_digest(self.tool(), &self.payload_digest()?))
     }

@@ -15,12 +15,8 @@
 //! [`FallbackStats`], which the metrics layer exports.
 //!
 //! In the default stack it sits inside idempotency (a mutation keeps one claim whichever
-//! tier runs it) and outside retry (a tier takes over only after the primary's retries):
-//!
-//! ```text
-//! metrics > provenance > cancel > deadline > validate > cache > idempotency > FALLBACK
-//!         > retry > breaker > attempt timeout > tool
-//! ```
+//! tier runs it) and outside retry (a tier takes over only after the primary's retries);
+//! the whole order: `docs/layer-order.md`.
 //!
 //! The primary path makes no allocation; the tiers are boxed services (heterogeneous
 //! types), so a hand-over allocates, which only happens on failure.

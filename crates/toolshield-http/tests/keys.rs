@@ -13,7 +13,8 @@ use toolshield::config::ShieldConfig;
 use toolshield::shield::Shield;
 use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ToolRequest};
 use toolshield_http::{
-    http_tool_request, hyper_client, BufferLayer, HttpErrorLayer, HttpTool, IDEMPOTENCY_KEY_HEADER,
+    http_tool_request, hyper_client, BufferBodyLayer, HttpErrorLayer, HttpTool,
+    IDEMPOTENCY_KEY_HEADER,
 };
 use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryConfig, RetryLayer};
 use tower::{ServiceBuilder, ServiceExt};
@@ -168,7 +169,7 @@ fn a_raw_request_with_a_blank_or_ambiguous_key_header_has_no_key() {
 #[tokio::test]
 async fn a_raw_post_with_a_blank_key_is_sent_once() {
     let (addr, rec) = support::start().await;
-    let retry = RetryLayer::from_config(RetryConfig {
+    let retry = RetryLayer::from_config(&RetryConfig {
         max_attempts: 3,
         backoff: BackoffStrategy::None,
         budget: BudgetConfig {
@@ -179,7 +180,7 @@ async fn a_raw_post_with_a_blank_key_is_sent_once() {
     })
     .unwrap();
     let client = ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .layer(retry)
         .layer(HttpErrorLayer::new())
         .service(hyper_client());

@@ -14,7 +14,7 @@ use serde_json::json;
 use toolshield::config::ShieldConfig;
 use toolshield::shield::Shield;
 use toolshield_core::{ErrorKind, ToolError};
-use toolshield_http::{http_tool_request, hyper_client, BufferLayer, HttpErrorLayer, HttpTool};
+use toolshield_http::{http_tool_request, hyper_client, BufferBodyLayer, HttpErrorLayer, HttpTool};
 use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryConfig, RetryLayer};
 use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -35,7 +35,7 @@ fn shield() -> Shield {
 
 /// buffer > retry (3 attempts) > attempt timeout > errors > hyper client.
 fn raw_stack() -> impl Service<Request<Full<Bytes>>, Response = Resp, Error = ToolError> + Clone {
-    let retry = RetryLayer::from_config(RetryConfig {
+    let retry = RetryLayer::from_config(&RetryConfig {
         max_attempts: 3,
         backoff: BackoffStrategy::None,
         budget: BudgetConfig {
@@ -46,7 +46,7 @@ fn raw_stack() -> impl Service<Request<Full<Bytes>>, Response = Resp, Error = To
     })
     .unwrap();
     ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .layer(retry)
         .layer(TimeoutLayer::new(Duration::from_secs(5)))
         .layer(HttpErrorLayer::new())

@@ -26,7 +26,7 @@ const REJECTIONS: &str = "circuit_breaker_rejections_total";
 const STATE: &str = "circuit_breaker_state";
 
 fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry) {
-    let layer = BreakerLayer::from_config(config).expect("valid config");
+    let layer = BreakerLayer::from_config(&config).expect("valid config");
     let registry = layer.registry().clone();
     let tool = service_fn(|req: ToolRequest| async move {
         if req.payload()["r"] == "fail" {

@@ -23,7 +23,7 @@
 //! response's provenance and on the error.
 //!
 //! In the default stack the layer sits inside fallback and outside the circuit breaker and
-//! the attempt timeout: `... > fallback > retry > breaker > attempt timeout > tool`.
+//! the attempt timeout (the whole order: `docs/layer-order.md`).
 //!
 //! # Example
 //!
@@ -67,7 +67,6 @@ mod config;
 mod future;
 mod layer;
 mod service;
-mod stats;
 
 pub use backoff::{Backoff, BackoffStrategy, Jitter};
 pub use budget::RetryBudget;
@@ -75,4 +74,3 @@ pub use config::{BudgetConfig, RetryConfig};
 pub use future::ResponseFuture;
 pub use layer::RetryLayer;
 pub use service::Retry;
-pub use stats::RetryStats;

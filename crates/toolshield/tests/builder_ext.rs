@@ -49,7 +49,7 @@ async fn every_layer_composes_in_the_default_order() {
         .fallback_tiers(FallbackLayer::new())
         .retries(RetryLayer::default())
         .attempt_metrics(&metrics)
-        .circuit_breaker(BreakerLayer::from_config(BreakerConfig::default()).unwrap())
+        .circuit_breaker(BreakerLayer::from_config(&BreakerConfig::default()).unwrap())
         .attempt_timeout(Duration::from_secs(5), Some(Duration::from_secs(2)))
         .service(tool);
 
