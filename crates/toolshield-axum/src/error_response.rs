@@ -97,6 +97,7 @@ pub struct ToolErrorResponse<S> {
 
 impl<S> ToolErrorResponse<S> {
     /// Wraps `inner`.
+    #[must_use]
     pub fn new(inner: S) -> Self {
         ToolErrorResponse {
             inner,

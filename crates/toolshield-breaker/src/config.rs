@@ -35,11 +35,13 @@ pub enum WindowConfig {
 
 impl WindowConfig {
     /// A count window of the last `size` calls.
+    #[must_use]
     pub const fn count(size: u32) -> Self {
         WindowConfig::Count { size }
     }
 
     /// A time window of the last `duration`, cut into `buckets` buckets.
+    #[must_use]
     pub const fn time(duration: Duration, buckets: u32) -> Self {
         WindowConfig::Time { duration, buckets }
     }

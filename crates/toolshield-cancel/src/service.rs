@@ -15,6 +15,7 @@ pub struct Cancel<S> {
 
 impl<S> Cancel<S> {
     /// Wraps `inner`.
+    #[must_use]
     pub fn new(inner: S) -> Self {
         Cancel { inner }
     }

@@ -54,6 +54,9 @@ where
 
 /// Buffers each request's body (up to a limit) before the inner service sees it, so the
 /// layers inside (retry above all) can clone the request.
+///
+/// Not tower's `Buffer`, which queues requests in front of a service shared by many
+/// callers: this one collects bodies. The two combine.
 #[derive(Debug, Clone, Copy)]
 pub struct BufferBodyLayer {
     limit: usize,
@@ -61,6 +64,7 @@ pub struct BufferBodyLayer {
 
 impl BufferBodyLayer {
     /// Buffers bodies of up to `limit` bytes; a larger body fails with `INVALID_INPUT`.
+    #[must_use]
     pub fn new(limit: usize) -> Self {
         BufferBodyLayer { limit }
     }

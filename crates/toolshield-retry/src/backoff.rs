@@ -170,6 +170,7 @@ impl BackoffStrategy {
     }
 
     /// No wait between attempts.
+    #[must_use]
     pub const fn none() -> Self {
         BackoffStrategy::None
     }

@@ -14,8 +14,8 @@ use toolshield_contract::{
 };
 use tower_service::Service;
 
-use crate::layer::Shared;
-use crate::RetryBudget;
+use crate::budget::RetryBudget;
+use crate::shared::Shared;
 
 pin_project! {
     /// The future of [`Retry`](crate::Retry): calling, backing off, waiting for the

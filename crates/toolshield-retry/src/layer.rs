@@ -6,18 +6,11 @@ use toolshield_contract::config::MAX_DURATION;
 use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
-use crate::{Backoff, Retry, RetryBudget, RetryConfig};
-
-/// What every service built by one layer shares.
-pub(crate) struct Shared<P> {
-    pub(crate) classifier: P,
-    pub(crate) backoff: Arc<dyn Backoff>,
-    pub(crate) max_attempts: u32,
-    pub(crate) rate_limit_backoff: Duration,
-    pub(crate) max_retry_after: Duration,
-    pub(crate) min_attempt_time: Duration,
-    pub(crate) budget: Option<Arc<RetryBudget>>,
-}
+use crate::backoff::Backoff;
+use crate::budget::RetryBudget;
+use crate::config::RetryConfig;
+use crate::service::Retry;
+use crate::shared::Shared;
 
 /// Retries failed calls with backoff, within a budget, never past the deadline.
 ///

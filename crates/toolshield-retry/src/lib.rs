@@ -67,6 +67,7 @@ mod config;
 mod future;
 mod layer;
 mod service;
+mod shared;
 
 pub use backoff::{Backoff, BackoffStrategy, Jitter};
 pub use budget::RetryBudget;

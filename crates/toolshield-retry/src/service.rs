@@ -5,9 +5,9 @@ use std::task::{Context, Poll};
 use toolshield_contract::{CallKind, Classify, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
+use crate::budget::RetryBudget;
 use crate::future::ResponseFuture;
-use crate::layer::Shared;
-use crate::RetryBudget;
+use crate::shared::Shared;
 
 /// Retries calls of the inner service; built by [`RetryLayer`](crate::RetryLayer).
 ///
