@@ -124,7 +124,8 @@ pub struct BreakerConfig {
         serde(with = "toolshield_contract::config::duration")
     )]
     pub idle_ttl: Duration,
-    /// Appends every transition and override to this file as JSON lines.
+    /// Appends every transition and override to this file as JSON lines, from a writer
+    /// thread (see [`BreakerRegistry::log_events_to`](crate::BreakerRegistry::log_events_to)).
     pub events_file: Option<PathBuf>,
 }
 

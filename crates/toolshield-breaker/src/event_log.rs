@@ -9,7 +9,7 @@ use std::thread;
 /// Lines queued for the writer before new events are dropped (and counted).
 pub(crate) const QUEUE: usize = 1024;
 
-enum Message {
+pub(crate) enum Message {
     Line(String),
     /// Answered once every line queued before it is written and flushed.
     Flush(mpsc::Sender<()>),
@@ -82,5 +82,54 @@ fn write_lines(rx: &Receiver<Message>, file: File) {
         for ack in acks {
             let _ = ack.send(());
         }
+    }
+}
+
+#[cfg(test)]
+impl EventLog {
+    /// A log whose lines nobody writes: the receiver is handed back to the test.
+    pub(crate) fn detached() -> (Self, Receiver<Message>) {
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        (EventLog { tx }, rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_refuses_without_waiting_and_a_closed_one_says_so() {
+        let (log, rx) = EventLog::detached();
+        for i in 0..QUEUE {
+            assert!(log.try_send(format!("{i}\n")).is_ok());
+        }
+        assert!(matches!(log.try_send("x\n".into()), Err(NotQueued::Full)));
+        drop(rx);
+        assert!(matches!(log.try_send("x\n".into()), Err(NotQueued::Closed)));
+    }
+
+    #[test]
+    fn the_writer_appends_every_line_and_flush_waits_for_them() {
+        let path = std::env::temp_dir().join(format!(
+            "toolshield-event-log-{}-{}.jsonl",
+            std::process::id(),
+            line!()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let log = EventLog::start(file).unwrap();
+        for i in 0..100 {
+            assert!(log.try_send(format!("{i}\n")).is_ok());
+        }
+        log.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let expected: String = (0..100).map(|i| format!("{i}\n")).collect();
+        assert_eq!(text, expected);
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -311,3 +311,40 @@ pub struct EvictedCounts {
     /// [`CircuitState::ALL`]; pairs never seen are left out.
     pub transitions: Vec<(CircuitState, CircuitState, u64)>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event() -> BreakerEvent {
+        BreakerEvent {
+            at: SystemTime::UNIX_EPOCH,
+            key: Arc::from("t"),
+            from: CircuitState::Closed,
+            to: CircuitState::Open,
+            reason: TransitionReason::ConsecutiveFailures,
+            shadow: false,
+        }
+    }
+
+    #[test]
+    fn events_past_a_full_log_are_dropped_and_counted_but_still_delivered() {
+        let (log, rx) = EventLog::detached();
+        let hub = EventHub::new(Some(log));
+        let seen = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&seen);
+        hub.add_callback(Arc::new(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }));
+        for _ in 0..crate::event_log::QUEUE + 3 {
+            hub.emit(event());
+        }
+        assert_eq!(hub.log_dropped(), 3);
+        assert_eq!(
+            seen.load(Ordering::Relaxed),
+            crate::event_log::QUEUE as u64 + 3,
+            "the callback sees every event"
+        );
+        drop(rx);
+    }
+}
