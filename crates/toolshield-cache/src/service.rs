@@ -188,9 +188,9 @@ where
                     bump(&counters.coalesced);
                     return result.map(hit);
                 }
-                // The leader was dropped or cancelled: the loop looks again, and this
-                // call leads if nobody else does.
-                None => {}
+                // The leader was dropped or cancelled: look again, and lead if nobody
+                // else does.
+                None => continue,
             },
             Join::Lead(leader) => {
                 let Some((mut svc, req)) = call.take() else {
