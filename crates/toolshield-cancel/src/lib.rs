@@ -12,7 +12,7 @@
 //! `docs/layer-order.md`).
 //!
 //! The tool itself sees a child of the call token
-//! ([`ToolRequest::attempt_token`](toolshield_contract::ToolRequest::attempt_token)), which
+//! (`toolshield_core::ToolRequest::attempt_token`), which
 //! fires with it.
 //!
 //! # Example

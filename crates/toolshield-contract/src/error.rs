@@ -7,7 +7,7 @@ use std::time::Duration;
 /// The closed set of canonical error codes.
 ///
 /// Each kind has a stable string ([`ErrorKind::code`]) that appears in metrics, logs,
-/// the [`ToolResult`](crate::ToolResult) envelope and the admin API, and knows whether
+/// the `toolshield_core::ToolResult` envelope and the admin API, and knows whether
 /// it may be retried ([`ErrorKind::is_retriable`]) and whether it counts as a failure
 /// for a circuit breaker ([`ErrorKind::counts_for_breaker`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Hand-overs counted per tier, shared by every service built from one [`FallbackLayer`];
+/// Hand-overs counted per tier, shared by every service built from one [`FallbackLayer`](crate::FallbackLayer);
 /// `toolshield-metrics` exports them as `tool_fallback_handovers_total{tool,tier}`.
 #[derive(Debug, Default)]
 pub struct FallbackStats {

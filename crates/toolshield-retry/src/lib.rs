@@ -2,8 +2,8 @@
 //! budget, deadline-aware, safe for mutations.
 //!
 //! [`RetryLayer`] wraps any `Service<Req>` whose request implements
-//! [`ShieldRequest`](toolshield_contract::ShieldRequest) (a [`ToolRequest`](toolshield_contract::ToolRequest),
-//! and later an `http::Request`) and whose response implements
+//! [`ShieldRequest`](toolshield_contract::ShieldRequest) (`toolshield_core::ToolRequest`,
+//! `http::Request` and plain values) and whose response implements
 //! [`ShieldResponse`](toolshield_contract::ShieldResponse). A failed call is tried again when:
 //!
 //! - the [classifier](toolshield_contract::Classify) says the failure is retriable (by

@@ -10,7 +10,7 @@
 //! request's attempt token is cancelled (the tool may watch it), and the error is
 //! `TIMEOUT`. A success slower than the soft threshold carries a
 //! [`SlowCall`](toolshield_contract::SlowCall) mark (and `provenance.slow` on a
-//! [`ToolResponse`](toolshield_contract::ToolResponse)); the breaker counts it towards its
+//! `toolshield_core::ToolResponse`); the breaker counts it towards its
 //! slow-call rate.
 //!
 //! # Example
