@@ -17,7 +17,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use toolshield_breaker::{BreakerLayer, BreakerRegistry};
-use toolshield_http::{BufferLayer, HttpErrorLayer};
+use toolshield_http::{BufferBodyLayer, HttpErrorLayer};
 use toolshield_retry::RetryLayer;
 use toolshield_test::call_blocking;
 use toolshield_timeout::TimeoutLayer;
@@ -69,13 +69,13 @@ fn http_stack(c: &mut Criterion) {
     group.bench_function("bare", |b| b.iter(|| call(&mut bare, request(&body))));
 
     let mut buffered = ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .service(BareHttp);
     group.bench_function("buffer", |b| b.iter(|| call(&mut buffered, request(&body))));
 
     let mut stack = ServiceBuilder::new()
-        .layer(BufferLayer::default())
-        .layer(RetryLayer::from_config(Default::default()).unwrap())
+        .layer(BufferBodyLayer::default())
+        .layer(RetryLayer::from_config(&Default::default()).unwrap())
         .layer(BreakerLayer::new(BreakerRegistry::default()))
         .layer(TimeoutLayer::new(Duration::from_secs(30)))
         .layer(HttpErrorLayer::new())

@@ -19,7 +19,7 @@ type Svc = BoxedTool;
 
 /// A breaker layer over a tool that fails when the payload says `"fail"`.
 fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry) {
-    let layer = BreakerLayer::from_config(config).expect("valid config");
+    let layer = BreakerLayer::from_config(&config).expect("valid config");
     let registry = layer.registry().clone();
     let tool = FailOnPayload::new("r", ErrorKind::UpstreamUnavailable);
     (BoxedTool::new(layer.layer(tool)), registry)

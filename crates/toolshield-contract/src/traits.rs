@@ -21,6 +21,7 @@ pub struct CallMeta<'a> {
 
 impl<'a> CallMeta<'a> {
     /// The ids of a call (each may be absent).
+    #[must_use]
     pub fn new(
         caller: Option<&'a str>,
         trace_id: Option<&'a str>,

@@ -81,6 +81,7 @@ pub struct ToolRequest {
 
 impl ToolRequest {
     /// A call of `tool` with `payload`, of kind [`CallKind::Mutating`] until told otherwise.
+    #[must_use]
     pub fn new(tool: impl Into<Arc<str>>, payload: Value) -> Self {
         ToolRequest {
             shared: Arc::new(Shared {
@@ -106,48 +107,56 @@ impl ToolRequest {
     // ----- builder -----
 
     /// Sets the side-effect class.
+    #[must_use]
     pub fn kind(mut self, kind: CallKind) -> Self {
         self.state.set_kind(Some(kind));
         self
     }
 
     /// Sets the caller id.
+    #[must_use]
     pub fn caller(mut self, caller_id: impl Into<Arc<str>>) -> Self {
         Arc::make_mut(&mut self.shared).meta.caller_id = Some(caller_id.into());
         self
     }
 
     /// Sets the trace id.
+    #[must_use]
     pub fn trace_id(mut self, trace_id: impl Into<Arc<str>>) -> Self {
         Arc::make_mut(&mut self.shared).meta.trace_id = Some(trace_id.into());
         self
     }
 
     /// Sets the run id.
+    #[must_use]
     pub fn run_id(mut self, run_id: impl Into<Arc<str>>) -> Self {
         Arc::make_mut(&mut self.shared).meta.run_id = Some(run_id.into());
         self
     }
 
     /// Sets the idempotency key (for `Mutating` calls: what makes them safe to retry).
+    #[must_use]
     pub fn idempotency_key(mut self, key: impl Into<Arc<str>>) -> Self {
         self.idempotency_key = Some(key.into());
         self
     }
 
     /// Uses the caller's cancellation token; the tool will see a child of it.
+    #[must_use]
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
         self.state.set_tokens(CallTokens::with_call(token));
         self
     }
 
     /// Sets a deadline for the whole call.
+    #[must_use]
     pub fn deadline(mut self, deadline: Instant) -> Self {
         self.state.replace_deadline(Some(deadline));
         self
     }
 
     /// Adds a typed extension.
+    #[must_use]
     pub fn extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
         self

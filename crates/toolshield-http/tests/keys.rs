@@ -13,7 +13,8 @@ use toolshield::config::ShieldConfig;
 use toolshield::shield::Shield;
 use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ToolRequest};
 use toolshield_http::{
-    http_tool_request, hyper_client, BufferLayer, HttpErrorLayer, HttpTool, IDEMPOTENCY_KEY_HEADER,
+    http_tool_request, hyper_client, BufferBodyLayer, HttpErrorLayer, HttpTool,
+    IDEMPOTENCY_KEY_HEADER,
 };
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -169,7 +170,7 @@ async fn a_raw_post_with_a_blank_key_is_sent_once() {
     let (addr, rec) = support::start().await;
     let retry = support::retry_now(3);
     let client = ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .layer(retry)
         .layer(HttpErrorLayer::new())
         .service(hyper_client());

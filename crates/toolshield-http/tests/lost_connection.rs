@@ -12,7 +12,7 @@ use http::{Method, Request};
 use http_body_util::Full;
 use serde_json::json;
 use toolshield_core::{ErrorKind, ToolError};
-use toolshield_http::{http_tool_request, hyper_client, BufferLayer, HttpErrorLayer, HttpTool};
+use toolshield_http::{http_tool_request, hyper_client, BufferBodyLayer, HttpErrorLayer, HttpTool};
 use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -22,7 +22,7 @@ type Resp = http::Response<hyper::body::Incoming>;
 fn raw_stack() -> impl Service<Request<Full<Bytes>>, Response = Resp, Error = ToolError> + Clone {
     let retry = support::retry_now(3);
     ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .layer(retry)
         .layer(TimeoutLayer::new(Duration::from_secs(5)))
         .layer(HttpErrorLayer::new())

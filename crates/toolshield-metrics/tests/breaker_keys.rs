@@ -28,7 +28,7 @@ const REJECTIONS: &str = "circuit_breaker_rejections_total";
 const STATE: &str = "circuit_breaker_state";
 
 fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry) {
-    let layer = BreakerLayer::from_config(config).expect("valid config");
+    let layer = BreakerLayer::from_config(&config).expect("valid config");
     let registry = layer.registry().clone();
     let tool = FailOnPayload::new("r", ErrorKind::UpstreamUnavailable);
     (BoxedTool::new(layer.layer(tool)), registry)

@@ -34,7 +34,7 @@ async fn known_sequence_gives_exact_values() {
         exporter.target(),
     )
     .unwrap();
-    let breaker = BreakerLayer::from_config(BreakerConfig {
+    let breaker = BreakerLayer::from_config(&BreakerConfig {
         consecutive_failures: 3,
         open_wait: Duration::from_secs(30),
         ..BreakerConfig::default()

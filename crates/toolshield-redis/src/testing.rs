@@ -189,7 +189,7 @@ impl RedisServer {
     /// Kills the server (`SIGKILL`: no shutdown, no final save) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            self.signal_pid(child.id(), "-CONT");
+            Self::signal_pid(child.id(), "-CONT");
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -213,18 +213,18 @@ impl RedisServer {
     /// Stops the process (`SIGSTOP`): connections stay open, nothing is answered.
     pub fn pause(&self) {
         if let Some(pid) = self.pid() {
-            self.signal_pid(pid, "-STOP");
+            Self::signal_pid(pid, "-STOP");
         }
     }
 
     /// Continues a paused process (`SIGCONT`).
     pub fn resume(&self) {
         if let Some(pid) = self.pid() {
-            self.signal_pid(pid, "-CONT");
+            Self::signal_pid(pid, "-CONT");
         }
     }
 
-    fn signal_pid(&self, pid: u32, signal: &str) {
+    fn signal_pid(pid: u32, signal: &str) {
         let _ = Command::new("kill")
             .arg(signal)
             .arg(pid.to_string())

@@ -42,7 +42,7 @@ fn validate_reports_every_unbounded_duration_with_its_path() {
             .contains("longer than the longest duration accepted"),
         "{err}"
     );
-    assert!(RetryLayer::from_config(cfg).is_err());
+    assert!(RetryLayer::from_config(&cfg).is_err());
 
     for (strategy, expected) in [
         (
@@ -162,14 +162,12 @@ async fn a_huge_retry_after_is_never_waited_and_at_most_the_longest_duration_whe
         let layer = RetryLayer::default()
             .without_budget()
             .with_max_retry_after(Duration::MAX);
-        let stats = layer.stats();
         let start = Instant::now();
         let req = read_request().deadline(start + Duration::from_secs(10));
         let e = layer.layer(tool.service()).oneshot(req).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::RateLimited);
         assert_eq!(e.attempts(), 1);
         assert_eq!(tool.calls(), 1);
-        assert_eq!(stats.deadline_refusals(), 1);
         assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }

@@ -14,7 +14,7 @@ use tower::{Layer, ServiceExt};
 
 /// Every call fails and wants one retry: the budget alone decides.
 fn layer(budget: BudgetConfig) -> RetryLayer {
-    RetryLayer::from_config(RetryConfig {
+    RetryLayer::from_config(&RetryConfig {
         max_attempts: 2,
         backoff: BackoffStrategy::none(),
         budget,
@@ -27,14 +27,15 @@ fn layer(budget: BudgetConfig) -> RetryLayer {
 async fn the_fraction_holds_under_sustained_failure() {
     // 1000 failing calls over 10 s, through clones of one service.
     let layer = layer(BudgetConfig::default());
-    let stats = layer.stats();
+
     let tool = ScriptedTool::always(ErrorKind::UpstreamUnavailable);
     let svc = layer.layer(tool.service());
     for _ in 0..1000 {
         let _ = svc.clone().oneshot(read_request()).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let retries = stats.retries();
+    // Every call is one attempt plus at most one retry: the extra calls are the retries.
+    let retries = tool.calls() - 1000;
     // 20 % of 1000 calls + 10/s over 10 s + the initial second of floor.
     let ceiling = 200 + 100 + 10;
     assert!(retries <= ceiling, "{retries} retries > {ceiling}");
@@ -42,12 +43,6 @@ async fn the_fraction_holds_under_sustained_failure() {
         retries >= 280,
         "the budget must still allow its share: {retries}"
     );
-    assert_eq!(
-        stats.budget_refusals(),
-        1000 - retries,
-        "every refusal is counted"
-    );
-    assert_eq!(tool.calls() as u64, 1000 + retries);
 }
 
 #[tokio::test(start_paused = true)]
@@ -64,7 +59,7 @@ async fn a_fractional_ratio_never_rounds_up() {
     for _ in 0..1000 {
         let _ = svc.clone().oneshot(read_request()).await;
     }
-    let retries = layer.stats().retries();
+    let retries = tool.calls() - 1000;
     assert!((120..=125).contains(&retries), "{retries}");
 }
 
@@ -86,7 +81,6 @@ async fn the_budget_is_shared_by_every_service_the_layer_builds() {
         1,
         "the second service found the shared bucket empty"
     );
-    assert_eq!(layer.stats().budget_refusals(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -26,7 +26,6 @@ async fn a_retry_after_longer_than_max_retry_after_ends_the_call_at_once_with_ra
     let day = Duration::from_secs(86_400);
     let tool = ScriptedTool::new([rate_limited(day), ok()]);
     let layer = RetryLayer::default();
-    let stats = layer.stats();
     let start = Instant::now();
     let e = layer
         .layer(tool.service())
@@ -42,8 +41,6 @@ async fn a_retry_after_longer_than_max_retry_after_ends_the_call_at_once_with_ra
         e.for_model("api")
     );
     assert_eq!(tool.calls(), 1, "the tool ran once");
-    assert_eq!(stats.retry_after_refusals(), 1);
-    assert_eq!(stats.retries(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -87,7 +84,7 @@ async fn max_retry_after_comes_from_the_configuration() {
         RetryConfig::default().max_retry_after,
         Duration::from_secs(60)
     );
-    let layer = RetryLayer::from_config(cfg).unwrap();
+    let layer = RetryLayer::from_config(&cfg).unwrap();
     let tool = ScriptedTool::new([rate_limited(Duration::from_secs(20)), ok()]);
     let e = layer
         .layer(tool.service())
@@ -118,14 +115,12 @@ async fn a_backoff_ending_exactly_at_the_deadline_starts_no_attempt() {
     let layer = RetryLayer::default()
         .with_backoff(fixed(Duration::from_secs(1)))
         .with_min_attempt_time(Duration::ZERO);
-    let stats = layer.stats();
     let start = Instant::now();
     let req = read_request().deadline(start + Duration::from_secs(1));
     let e = layer.layer(tool.service()).oneshot(req).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout, "the last error");
     assert_eq!(start.elapsed(), Duration::ZERO, "returned at once");
     assert_eq!(tool.calls(), 1);
-    assert_eq!(stats.deadline_refusals(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -164,7 +159,7 @@ async fn a_budget_token_taken_before_a_backoff_is_refunded_when_the_call_is_drop
     let layer = RetryLayer::default()
         .with_backoff(fixed(Duration::from_secs(10)))
         .with_budget(Arc::clone(&budget));
-    let stats = layer.stats();
+
     let tool = ScriptedTool::always(ErrorKind::Timeout);
     let svc = layer.layer(tool.service());
 
@@ -181,6 +176,5 @@ async fn a_budget_token_taken_before_a_backoff_is_refunded_when_the_call_is_drop
     // The second call can still retry: the token came back.
     let e = svc.oneshot(read_request()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout);
-    assert_eq!(stats.budget_refusals(), 0, "no retry was refused");
     assert_eq!(tool.calls(), 4, "1 + 3 attempts");
 }

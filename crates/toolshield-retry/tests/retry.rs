@@ -28,7 +28,6 @@ async fn retriable_failure_is_retried_up_to_the_limit_and_the_last_error_returne
         ok(),
     ]);
     let layer = no_wait();
-    let stats = layer.stats();
     let e = layer
         .layer(tool.service())
         .oneshot(read_request())
@@ -37,10 +36,6 @@ async fn retriable_failure_is_retried_up_to_the_limit_and_the_last_error_returne
     assert_eq!(tool.calls(), 3, "3 attempts in total by default");
     assert_eq!(e.kind(), ErrorKind::UpstreamUnavailable, "the last error");
     assert_eq!(e.attempts(), 3);
-    assert_eq!(stats.retries(), 2);
-    assert_eq!(stats.retries_for(ErrorKind::Timeout), 1);
-    assert_eq!(stats.retries_for(ErrorKind::ConnectionFailed), 1);
-    assert_eq!(stats.exhausted(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -85,14 +80,13 @@ async fn non_retriable_errors_are_returned_after_one_attempt() {
         assert_eq!(tool.calls(), 1, "{kind} must not be retried");
         assert_eq!(e.kind(), kind);
         assert_eq!(e.attempts(), 1);
-        assert_eq!(layer.stats().retries(), 0);
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn waits_follow_the_configured_backoff() {
     let tool = ScriptedTool::always(ErrorKind::Timeout);
-    let layer = RetryLayer::from_config(RetryConfig {
+    let layer = RetryLayer::from_config(&RetryConfig {
         max_attempts: 5,
         backoff: BackoffStrategy::exponential(
             Duration::from_millis(100),
@@ -116,7 +110,7 @@ async fn waits_follow_the_configured_backoff() {
 #[tokio::test(start_paused = true)]
 async fn layer_waits_stay_inside_the_jitter_bounds() {
     // Default: exponential 500 ms x2 capped at 5 s, full jitter, checked over many calls.
-    let layer = RetryLayer::from_config(RetryConfig {
+    let layer = RetryLayer::from_config(&RetryConfig {
         max_attempts: 6,
         ..Default::default()
     })
@@ -164,7 +158,7 @@ async fn rate_limited_without_retry_after_waits_the_rate_limit_backoff() {
 
     // Configurable.
     let tool = ScriptedTool::new([Err(ToolError::rate_limited("429", None)), ok()]);
-    RetryLayer::from_config(RetryConfig {
+    RetryLayer::from_config(&RetryConfig {
         rate_limit_backoff: Duration::from_secs(12),
         ..Default::default()
     })
@@ -191,7 +185,6 @@ async fn a_retry_that_would_cross_the_deadline_is_not_started() {
     assert_eq!(e.attempts(), 1);
     assert_eq!(tool.calls(), 1);
     assert_eq!(start.elapsed(), Duration::ZERO, "no wait at all");
-    assert_eq!(layer.stats().deadline_refusals(), 1);
 
     // A wait that ends before the deadline is taken.
     let tool = ScriptedTool::new([
@@ -207,12 +200,11 @@ async fn a_retry_that_would_cross_the_deadline_is_not_started() {
 async fn a_token_cancelled_during_the_wait_ends_the_call_with_cancelled() {
     let tool = ScriptedTool::always(ErrorKind::UpstreamUnavailable);
     let token = CancellationToken::new();
-    let layer = RetryLayer::from_config(RetryConfig {
+    let layer = RetryLayer::from_config(&RetryConfig {
         backoff: BackoffStrategy::fixed_range(Duration::from_secs(10), Duration::from_secs(10)),
         ..Default::default()
     })
     .unwrap();
-    let stats = layer.stats();
     let req = read_request().cancel_token(token.clone());
     let start = Instant::now();
     let call = tokio::spawn(layer.layer(tool.service()).oneshot(req));
@@ -225,7 +217,6 @@ async fn a_token_cancelled_during_the_wait_ends_the_call_with_cancelled() {
     assert_eq!(start.elapsed(), Duration::from_secs(2), "ended at once");
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(tool.calls(), 1, "no further attempt");
-    assert_eq!(stats.cancelled(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -409,7 +400,7 @@ async fn a_custom_classifier_can_retry_an_in_band_failure() {
 #[tokio::test(start_paused = true)]
 async fn one_attempt_configured_means_no_retry() {
     let tool = ScriptedTool::always(ErrorKind::Timeout);
-    let e = RetryLayer::from_config(RetryConfig {
+    let e = RetryLayer::from_config(&RetryConfig {
         max_attempts: 1,
         ..Default::default()
     })

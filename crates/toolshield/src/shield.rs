@@ -156,7 +156,7 @@ impl Shield {
                     idempotency_store.clone(),
                 )
                 .map_err(|e| e.prefixed(&format!("{path}.idempotency")))?,
-                retry: RetryLayer::from_config(tool.retry.clone())
+                retry: RetryLayer::from_config(&tool.retry)
                     .map_err(|e| e.prefixed(&format!("{path}.retry")))?,
                 breaker: BreakerLayer::new(registry),
                 timeout: TimeoutLayer::from_config(&tool.timeout)

@@ -43,7 +43,7 @@ async fn every_layer_composes_in_the_default_order() {
         .layer(FallbackLayer::new())
         .retries(3)
         .attempt_metrics(&metrics)
-        .layer(BreakerLayer::from_config(BreakerConfig::default()).unwrap())
+        .layer(BreakerLayer::from_config(&BreakerConfig::default()).unwrap())
         .attempt_timeout(Duration::from_secs(5), Some(Duration::from_secs(2)))
         .service(tool);
 

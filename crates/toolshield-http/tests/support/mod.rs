@@ -198,7 +198,7 @@ pub fn refusing_addr() -> SocketAddr {
 /// A retry layer of `attempts` attempts without backoff or budget: a test's retries go
 /// out at once, however many it makes.
 pub fn retry_now(attempts: u32) -> toolshield_retry::RetryLayer {
-    toolshield_retry::RetryLayer::from_config(toolshield_retry::RetryConfig {
+    toolshield_retry::RetryLayer::from_config(&toolshield_retry::RetryConfig {
         max_attempts: attempts,
         backoff: toolshield_retry::BackoffStrategy::None,
         budget: toolshield_retry::BudgetConfig {
