@@ -188,64 +188,21 @@ async fn metrics_compose_with_tower_in_both_orders() {
 
 #[tokio::test]
 async fn fallback_composes_with_tower_in_both_orders() {
-    // Fallback's tiers are tools: it works on `ToolRequest`.
-    for theirs in 0..3 {
-        let ours = FallbackLayer::new();
-        match theirs {
-            0 => {
-                ok(
-                    ServiceBuilder::new()
-                        .layer(ours.clone())
-                        .layer(BufferLayer::new(8))
-                        .service(tool()),
-                    request(),
-                )
-                .await;
-                ok(
-                    ServiceBuilder::new()
-                        .layer(BufferLayer::new(8))
-                        .layer(ours)
-                        .service(tool()),
-                    request(),
-                )
-                .await;
-            }
-            1 => {
-                ok(
-                    ServiceBuilder::new()
-                        .layer(ours.clone())
-                        .layer(ConcurrencyLimitLayer::new(4))
-                        .service(tool()),
-                    request(),
-                )
-                .await;
-                ok(
-                    ServiceBuilder::new()
-                        .layer(ConcurrencyLimitLayer::new(4))
-                        .layer(ours)
-                        .service(tool()),
-                    request(),
-                )
-                .await;
-            }
-            _ => {
-                let t = TowerTimeoutLayer::new(Duration::from_secs(1));
-                ok(
-                    ServiceBuilder::new()
-                        .layer(ours.clone())
-                        .layer(t.clone())
-                        .service(tool()),
-                    request(),
-                )
-                .await;
-                ok(
-                    ServiceBuilder::new().layer(t).layer(ours).service(tool()),
-                    request(),
-                )
-                .await;
-            }
-        }
-    }
+    with_every_tower_layer!(FallbackLayer::empty());
+}
+
+#[tokio::test]
+async fn fallback_hands_a_plain_request_to_the_next_tier() {
+    let down = service_fn(|_q: String| async {
+        Err::<String, BoxError>(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )))
+    });
+    let mirror = service_fn(|q: String| async move { Ok::<_, BoxError>(format!("mirror: {q}")) });
+    let svc = ServiceBuilder::new()
+        .layer(FallbackLayer::empty().tier("mirror", mirror))
+        .service(down);
+    assert_eq!(svc.oneshot("q".to_owned()).await.unwrap(), "mirror: q");
 }
 
 #[tokio::test(start_paused = true)]

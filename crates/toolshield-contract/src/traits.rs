@@ -191,6 +191,12 @@ pub trait ShieldResponse {
         false
     }
 
+    /// Marks the response as served by a fallback tier (`escalation` when the escalation
+    /// hook supplied it). The default keeps no mark.
+    fn mark_tier(&mut self, tier: &Arc<str>) {
+        let _ = tier;
+    }
+
     /// Whether the outcome could not be recorded for deduplication (an idempotency store
     /// that failed after the tool ran).
     fn unrecorded(&self) -> bool {

@@ -129,6 +129,10 @@ impl ShieldResponse for ToolResponse {
         self.provenance.unrecorded
     }
 
+    fn mark_tier(&mut self, tier: &Arc<str>) {
+        self.provenance.tier = Some(Arc::clone(tier));
+    }
+
     fn replayed(&self) -> bool {
         self.provenance.replayed
     }

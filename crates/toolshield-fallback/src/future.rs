@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ShieldResponse, ToolError};
 use tower::ServiceExt;
 
 use crate::policy::{combine, Escalation, FallbackFailure};
@@ -17,11 +17,11 @@ use crate::shared::{BoxFuture, Shared};
 
 pin_project! {
     /// The future of [`Fallback`].
-    pub struct ResponseFuture<F> {
+    pub struct ResponseFuture<F, Req, Res> {
         #[pin]
-        state: State<F>,
-        req: Option<ToolRequest>,
-        shared: Arc<Shared>,
+        state: State<F, Req, Res>,
+        req: Option<Req>,
+        shared: Arc<Shared<Req, Res>>,
         errors: Vec<(Arc<str>, ToolError)>,
         escalations: u32,
         // Tiers that failed with an error after which they may have run (anything but
@@ -34,20 +34,20 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<F> {
+    enum State<F, Req, Res> {
         Primary { #[pin] fut: F },
-        Tier { fut: BoxFuture<Result<ToolResponse, ToolError>>, index: usize },
-        Escalating { fut: BoxFuture<Escalation> },
+        Tier { fut: BoxFuture<Result<Res, ToolError>>, index: usize },
+        Escalating { fut: BoxFuture<Escalation<Req, Res>> },
         Done,
     }
 }
 
-impl<F> ResponseFuture<F> {
+impl<F, Req, Res> ResponseFuture<F, Req, Res> {
     /// Starts with the primary's future; `req` is kept only when there are tiers.
     pub(crate) fn new(
         primary: F,
-        req: Option<ToolRequest>,
-        shared: Arc<Shared>,
+        req: Option<Req>,
+        shared: Arc<Shared<Req, Res>>,
         mutating: bool,
     ) -> Self {
         ResponseFuture {
@@ -62,7 +62,7 @@ impl<F> ResponseFuture<F> {
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
+impl<F, Req, Res> fmt::Debug for ResponseFuture<F, Req, Res> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("errors", &self.errors.len())
@@ -72,12 +72,14 @@ impl<F> fmt::Debug for ResponseFuture<F> {
 
 const PRIMARY: &str = "primary";
 
-impl<F, E> Future for ResponseFuture<F>
+impl<F, E, Req, Res> Future for ResponseFuture<F, Req, Res>
 where
-    F: Future<Output = Result<ToolResponse, E>>,
+    F: Future<Output = Result<Res, E>>,
     E: Into<ToolError>,
+    Req: ShieldRequest + Clone + Send + 'static,
+    Res: ShieldResponse + Send + 'static,
 {
-    type Output = Result<ToolResponse, ToolError>;
+    type Output = Result<Res, ToolError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -95,7 +97,7 @@ where
                 StateProj::Tier { fut, index } => match fut.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(mut res)) => {
-                        res.provenance.tier = Some(this.shared.tiers[*index].name.clone());
+                        res.mark_tier(&this.shared.tiers[*index].name);
                         this.state.set(State::Done);
                         return Poll::Ready(Ok(res));
                     }
@@ -127,13 +129,13 @@ where
                             return Poll::Ready(Err(error));
                         }
                         Escalation::Skip(mut res) => {
-                            res.provenance.tier = Some(Arc::from("escalation"));
+                            res.mark_tier(&Arc::from("escalation"));
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(res));
                         }
                         Escalation::Retry => {}
                         Escalation::Modify(req) => {
-                            *this.mutating |= req.call_kind() == CallKind::Mutating;
+                            *this.mutating |= req.call_kind() == Some(CallKind::Mutating);
                             *this.req = Some(req);
                         }
                     }
@@ -211,7 +213,7 @@ where
                         .fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         target: "toolshield::fallback",
-                        tool = req.tool(),
+                        tool = req.call_name().unwrap_or(""),
                         tiers = this.errors.len(),
                         "every tier failed; escalating"
                     );
@@ -267,14 +269,14 @@ fn hook_panicked(
 
 /// The first tier at or after `from`, not in `skip`, whose predicate accepts `error`,
 /// already called.
-fn start_tier<F>(
-    shared: &Arc<Shared>,
-    req: &Option<ToolRequest>,
+fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'static>(
+    shared: &Arc<Shared<Req, Res>>,
+    req: &Option<Req>,
     from: usize,
     failed_at: Option<&Arc<str>>,
     error: Option<&ToolError>,
     skip: &[usize],
-) -> Option<State<F>> {
+) -> Option<State<F, Req, Res>> {
     let req = req.as_ref()?;
     let (index, tier) = shared
         .tiers
@@ -286,7 +288,7 @@ fn start_tier<F>(
     if let (Some(from_tier), Some(e)) = (failed_at, error) {
         tracing::info!(
             target: "toolshield::fallback",
-            tool = req.tool(),
+            tool = req.call_name().unwrap_or(""),
             from = &**from_tier,
             to = &*tier.name,
             code = e.code(),

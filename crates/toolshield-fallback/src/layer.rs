@@ -5,7 +5,9 @@ use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use toolshield_core::{ToolError, ToolRequest, ToolService};
+use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
+use tower::ServiceExt;
+use tower_service::Service;
 use tower::util::BoxCloneSyncService;
 use tower_layer::Layer;
 
@@ -16,9 +18,16 @@ use crate::stats::FallbackStats;
 
 /// Configures a fallback chain; [`Layer::layer`] puts it around the primary service.
 /// Every service built from one layer shares its [`FallbackStats`].
-#[derive(Clone)]
-pub struct FallbackLayer {
-    shared: Arc<Shared>,
+pub struct FallbackLayer<Req = ToolRequest, Res = ToolResponse> {
+    shared: Arc<Shared<Req, Res>>,
+}
+
+impl<Req, Res> Clone for FallbackLayer<Req, Res> {
+    fn clone(&self) -> Self {
+        FallbackLayer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
 }
 
 impl Default for FallbackLayer {
@@ -27,7 +36,7 @@ impl Default for FallbackLayer {
     }
 }
 
-impl fmt::Debug for FallbackLayer {
+impl<Req, Res> fmt::Debug for FallbackLayer<Req, Res> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self.shared.tiers.iter().map(|t| &*t.name).collect();
         f.debug_struct("FallbackLayer")
@@ -39,13 +48,31 @@ impl fmt::Debug for FallbackLayer {
 }
 
 impl FallbackLayer {
-    /// An empty chain (a pass-through until tiers are added).
+    /// An empty chain of tools (`ToolRequest` in, `ToolResponse` out): a pass-through
+    /// until tiers are added. [`FallbackLayer::empty`] starts one for any request type.
     #[must_use]
     pub fn new() -> Self {
+        Self::empty()
+    }
+}
+
+impl<Req, Res> FallbackLayer<Req, Res>
+where
+    Req: ShieldRequest + Send + 'static,
+    Res: Send + 'static,
+{
+    /// An empty chain for requests of type `Req` (a pass-through until tiers are added).
+    #[must_use]
+    pub fn empty() -> Self {
         Self::from_parts(Vec::new(), None, 1)
     }
 
-    fn from_parts(tiers: Vec<Tier>, escalate: Option<EscalateFn>, max_escalations: u32) -> Self {
+
+    fn from_parts(
+        tiers: Vec<Tier<Req, Res>>,
+        escalate: Option<EscalateFn<Req, Res>>,
+        max_escalations: u32,
+    ) -> Self {
         let stats = Arc::new(FallbackStats {
             tiers: tiers
                 .iter()
@@ -65,7 +92,10 @@ impl FallbackLayer {
 
     /// A copy of this configuration changed by `f` (with fresh counters: the tiers may
     /// have changed).
-    fn rebuild(self, f: impl FnOnce(&mut Vec<Tier>, &mut Option<EscalateFn>, &mut u32)) -> Self {
+    fn rebuild(
+        self,
+        f: impl FnOnce(&mut Vec<Tier<Req, Res>>, &mut Option<EscalateFn<Req, Res>>, &mut u32),
+    ) -> Self {
         let mut tiers = self.shared.tiers.clone();
         let mut escalate = self.shared.escalate.clone();
         let mut max = self.shared.max_escalations;
@@ -82,7 +112,9 @@ impl FallbackLayer {
     #[must_use]
     pub fn tier<S>(self, name: impl Into<Arc<str>>, service: S) -> Self
     where
-        S: ToolService,
+        S: Service<Req, Response = Res> + Clone + Send + Sync + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
     {
         self.tier_when(name, service, default_hand_over)
     }
@@ -92,12 +124,14 @@ impl FallbackLayer {
     #[must_use]
     pub fn tier_when<S, P>(self, name: impl Into<Arc<str>>, service: S, predicate: P) -> Self
     where
-        S: ToolService,
-        P: Fn(&ToolRequest, &ToolError) -> bool + Send + Sync + 'static,
+        S: Service<Req, Response = Res> + Clone + Send + Sync + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
+        P: Fn(&Req, &ToolError) -> bool + Send + Sync + 'static,
     {
         let tier = Tier {
             name: name.into(),
-            service: BoxCloneSyncService::new(service),
+            service: BoxCloneSyncService::new(service.map_err(Into::into)),
             predicate: Arc::new(predicate),
         };
         self.rebuild(|tiers, _, _| tiers.push(tier))
@@ -109,10 +143,10 @@ impl FallbackLayer {
     #[must_use]
     pub fn escalate<F, Fut>(self, hook: F) -> Self
     where
-        F: Fn(FallbackFailure) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Escalation> + Send + 'static,
+        F: Fn(FallbackFailure<Req>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Escalation<Req, Res>> + Send + 'static,
     {
-        let hook: EscalateFn = Arc::new(move |failure| Box::pin(hook(failure)));
+        let hook: EscalateFn<Req, Res> = Arc::new(move |failure| Box::pin(hook(failure)));
         self.rebuild(|_, escalate, _| *escalate = Some(hook))
     }
 
@@ -124,10 +158,10 @@ impl FallbackLayer {
     }
 }
 
-impl<S> Layer<S> for FallbackLayer {
-    type Service = Fallback<S>;
+impl<S, Req, Res> Layer<S> for FallbackLayer<Req, Res> {
+    type Service = Fallback<S, Req, Res>;
 
-    fn layer(&self, inner: S) -> Fallback<S> {
+    fn layer(&self, inner: S) -> Fallback<S, Req, Res> {
         Fallback::new(inner, self.shared.clone())
     }
 }

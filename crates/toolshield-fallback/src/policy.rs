@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ToolError, ToolRequest, ToolResponse};
 
 /// The default hand-over rule.
 ///
@@ -16,21 +16,21 @@ use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse}
 /// - Everything else (invalid input, not found, unauthorized, cancelled, idempotency
 ///   conflicts, outcome unknown) stays with the caller: another tier would fail the same
 ///   way, or must not run.
-pub fn default_hand_over(req: &ToolRequest, error: &ToolError) -> bool {
+pub fn default_hand_over<Req: ShieldRequest>(req: &Req, error: &ToolError) -> bool {
     match error.kind() {
         ErrorKind::CircuitOpen => true,
-        kind if kind.is_retriable() => req.call_kind() != CallKind::Mutating,
+        kind if kind.is_retriable() => req.call_kind() != Some(CallKind::Mutating),
         _ => false,
     }
 }
 
 /// What the application decides when every tier failed.
 #[derive(Debug)]
-pub enum Escalation {
+pub enum Escalation<Req = ToolRequest, Res = ToolResponse> {
     /// Return the combined error.
     Abort,
     /// Return this response instead (marked with tier `escalation`).
-    Skip(ToolResponse),
+    Skip(Res),
     /// Run the fallback tiers once more (the primary already spent its retries).
     ///
     /// The round starts as a hand-over from the last error: each tier's predicate is
@@ -40,21 +40,21 @@ pub enum Escalation {
     Retry,
     /// Run the fallback tiers once more with a changed request, under the same rules as
     /// [`Retry`](Escalation::Retry) (the call counts as `Mutating` if either request is).
-    Modify(ToolRequest),
+    Modify(Req),
 }
 
 /// Every tier's failure, handed to the escalation hook.
 #[derive(Debug, Clone)]
-pub struct FallbackFailure {
+pub struct FallbackFailure<Req = ToolRequest> {
     /// The request of the last round.
-    pub request: ToolRequest,
+    pub request: Req,
     /// `(tier, error)` for the primary (named `primary`) and each tier that ran.
     pub errors: Vec<(Arc<str>, ToolError)>,
     /// How many escalations already happened for this call.
     pub escalations: u32,
 }
 
-impl FallbackFailure {
+impl<Req> FallbackFailure<Req> {
     /// The combined error: the kind and wait of the last tier that ran, and a message
     /// listing every tier's error. The source is the last tier's error.
     pub fn to_error(&self) -> ToolError {

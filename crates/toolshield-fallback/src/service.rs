@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{CallKind, ShieldRequest, ShieldResponse, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -13,13 +13,21 @@ use crate::stats::FallbackStats;
 
 /// Calls the primary service and, when it fails in a way a tier accepts, the tiers in
 /// order.
-#[derive(Clone)]
-pub struct Fallback<S> {
+pub struct Fallback<S, Req = ToolRequest, Res = ToolResponse> {
     inner: S,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<Req, Res>>,
 }
 
-impl<S: fmt::Debug> fmt::Debug for Fallback<S> {
+impl<S: Clone, Req, Res> Clone for Fallback<S, Req, Res> {
+    fn clone(&self) -> Self {
+        Fallback {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, Req, Res> fmt::Debug for Fallback<S, Req, Res> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fallback")
             .field("inner", &self.inner)
@@ -28,8 +36,8 @@ impl<S: fmt::Debug> fmt::Debug for Fallback<S> {
     }
 }
 
-impl<S> Fallback<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+impl<S, Req, Res> Fallback<S, Req, Res> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<Req, Res>>) -> Self {
         Fallback { inner, shared }
     }
 
@@ -54,23 +62,25 @@ impl<S> Fallback<S> {
     }
 }
 
-impl<S> Service<ToolRequest> for Fallback<S>
+impl<S, Req, Res> Service<Req> for Fallback<S, Req, Res>
 where
-    S: Service<ToolRequest, Response = ToolResponse>,
+    S: Service<Req, Response = Res>,
     S::Error: Into<ToolError>,
+    Req: ShieldRequest + Clone + Send + 'static,
+    Res: ShieldResponse + Send + 'static,
 {
-    type Response = ToolResponse;
+    type Response = Res;
     type Error = ToolError;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, Req, Res>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: ToolRequest) -> Self::Future {
+    fn call(&mut self, req: Req) -> Self::Future {
         // Only keep a copy of the request (a few refcounts) when there is somewhere to go.
         let keep = (!self.shared.tiers.is_empty()).then(|| req.clone());
-        let mutating = req.call_kind() == CallKind::Mutating;
+        let mutating = req.call_kind() == Some(CallKind::Mutating);
         ResponseFuture::new(self.inner.call(req), keep, self.shared.clone(), mutating)
     }
 }

@@ -4,27 +4,37 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_core::ToolError;
 use tower::util::BoxCloneSyncService;
 
 use crate::policy::{Escalation, FallbackFailure};
 use crate::stats::FallbackStats;
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-pub(crate) type TierService = BoxCloneSyncService<ToolRequest, ToolResponse, ToolError>;
-pub(crate) type Predicate = Arc<dyn Fn(&ToolRequest, &ToolError) -> bool + Send + Sync>;
-pub(crate) type EscalateFn = Arc<dyn Fn(FallbackFailure) -> BoxFuture<Escalation> + Send + Sync>;
+pub(crate) type TierService<Req, Res> = BoxCloneSyncService<Req, Res, ToolError>;
+pub(crate) type Predicate<Req> = Arc<dyn Fn(&Req, &ToolError) -> bool + Send + Sync>;
+pub(crate) type EscalateFn<Req, Res> =
+    Arc<dyn Fn(FallbackFailure<Req>) -> BoxFuture<Escalation<Req, Res>> + Send + Sync>;
 
-#[derive(Clone)]
-pub(crate) struct Tier {
+pub(crate) struct Tier<Req, Res> {
     pub(crate) name: Arc<str>,
-    pub(crate) service: TierService,
-    pub(crate) predicate: Predicate,
+    pub(crate) service: TierService<Req, Res>,
+    pub(crate) predicate: Predicate<Req>,
 }
 
-pub(crate) struct Shared {
-    pub(crate) tiers: Vec<Tier>,
-    pub(crate) escalate: Option<EscalateFn>,
+impl<Req, Res> Clone for Tier<Req, Res> {
+    fn clone(&self) -> Self {
+        Tier {
+            name: Arc::clone(&self.name),
+            service: self.service.clone(),
+            predicate: Arc::clone(&self.predicate),
+        }
+    }
+}
+
+pub(crate) struct Shared<Req, Res> {
+    pub(crate) tiers: Vec<Tier<Req, Res>>,
+    pub(crate) escalate: Option<EscalateFn<Req, Res>>,
     pub(crate) max_escalations: u32,
     pub(crate) stats: Arc<FallbackStats>,
 }

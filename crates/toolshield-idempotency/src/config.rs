@@ -27,7 +27,7 @@ pub enum OnStoreError {
     FailOpen,
 }
 
-/// Configuration of the idempotency layer (DESIGN §4 defaults).
+/// Configuration of the idempotency layer (defaults in docs/idempotency.md).
 ///
 /// ```
 /// use toolshield_idempotency::IdempotencyConfig;

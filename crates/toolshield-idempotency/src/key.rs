@@ -39,7 +39,7 @@ fn encode(tool: &str, caller: Option<&str>, source: KeySource, key: &str) -> Str
     toolshield_core::keys::storage_key("idemp", tool, caller, &k)
 }
 
-/// The derived key of seed 001: hex sha256 of tool, canonical payload digest, caller and
+/// The derived key: hex sha256 of tool, canonical payload digest, caller and
 /// the index of the time window `window` that `started_at` falls in.
 pub fn derive_key(req: &ToolRequest, window: Duration) -> Result<String, ToolError> {
     let digest = req.payload_digest()?;

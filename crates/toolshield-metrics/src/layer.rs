@@ -144,7 +144,7 @@ impl MetricsLayer {
     }
 
     /// The per-attempt layer sharing this layer's handles: place it inside the retry
-    /// layer (`retry > attempt metrics > breaker > attempt timeout > tool`).
+    /// layer, outside the breaker (see docs/layer-order.md).
     pub fn attempt_layer(&self) -> AttemptMetricsLayer {
         AttemptMetricsLayer {
             shared: Arc::clone(&self.shared),

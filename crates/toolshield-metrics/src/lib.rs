@@ -24,12 +24,8 @@
 //! The layers are generic over [`ShieldRequest`](toolshield_core::ShieldRequest) and
 //! [`ShieldResponse`](toolshield_core::ShieldResponse): they work for HTTP requests too.
 //!
-//! In the default stack:
-//!
-//! ```text
-//! METRICS > provenance > cancel > deadline > validate > cache > idempotency > fallback
-//!         > retry > ATTEMPT METRICS > breaker > attempt timeout > tool
-//! ```
+//! In [the default stack](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md) the call layer is outermost and the attempt layer sits
+//! inside retry.
 //!
 //! Spans are plain `tracing` spans: to export them with OpenTelemetry, add a
 //! `tracing-opentelemetry` layer to your subscriber; this crate needs no feature for it.

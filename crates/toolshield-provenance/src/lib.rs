@@ -20,13 +20,9 @@
 //! [`with_elapsed`](toolshield_core::ToolError::with_elapsed)), so the
 //! [`ToolResult`](toolshield_core::ToolResult) envelope shows them.
 //!
-//! In the default stack the layer sits right inside metrics and outside everything else,
-//! so the duration covers the whole call and a cache hit is stamped like a fresh result:
-//!
-//! ```text
-//! metrics > PROVENANCE > cancel > deadline > validate > cache > idempotency > fallback
-//!         > retry > breaker > attempt timeout > tool
-//! ```
+//! In [the default stack](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md) the layer sits right inside metrics and outside
+//! everything else, so the duration covers the whole call and a cache hit is stamped
+//! like a fresh result.
 //!
 //! # Example
 //!

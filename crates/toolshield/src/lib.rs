@@ -1,13 +1,8 @@
 //! toolshield: reliable tool calls for AI agents, as `tower` middleware.
 //!
-//! Each concern is its own layer in its own crate; this facade re-exports them and adds
-//! [`ServiceBuilderExt`], one method per layer, for composing a stack by hand in the
-//! default order (outermost first):
-//!
-//! ```text
-//! metrics + tracing > provenance > cancel > total deadline > validate > cache
-//!   > idempotency > fallback > retry > breaker > attempt timeout > the tool
-//! ```
+//! Each concern is its own layer in its own crate; this facade re-exports them, builds
+//! the default stack from one configuration ([`Shield`]) and adds [`ServiceBuilderExt`]
+//! for composing a stack by hand, in [the default order](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md).
 //!
 //! # Example
 //!

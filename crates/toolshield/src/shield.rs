@@ -271,8 +271,7 @@ impl Shield {
     /// Wraps `service`, the implementation of `tool`, in the default stack with `tool`'s
     /// settings (the defaults for a tool without a section):
     ///
-    /// metrics > provenance > cancel > deadline > validate > cache > idempotency > retry >
-    /// attempt metrics > breaker > attempt timeout > catch panic.
+    /// the layers in [the default order](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md).
     ///
     /// With `enabled = false` (or `TOOLSHIELD_ENABLED=false`) the service is returned
     /// unwrapped: a pass-through.

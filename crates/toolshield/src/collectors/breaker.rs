@@ -128,7 +128,8 @@ struct Row<'a> {
 ///
 /// ```
 /// use toolshield_breaker::BreakerRegistry;
-/// use toolshield_metrics::{local_prometheus, BreakerMetrics};
+/// use toolshield::collectors::BreakerMetrics;
+/// use toolshield_metrics::local_prometheus;
 ///
 /// let exporter = local_prometheus();
 /// let registry = BreakerRegistry::default();
