@@ -133,7 +133,7 @@ where
         };
         let clone = self.inner.clone();
         let svc = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::cached(Box::pin(run(
+        ResponseFuture::boxed(Box::pin(run(
             Arc::clone(&self.shared),
             svc,
             req,

@@ -2,12 +2,12 @@
 
 use serde_json::json;
 use toolshield_cache::testing::contract;
-use toolshield_cache::{CacheStore, InMemoryCacheStore, MemoryCacheConfig};
+use toolshield_cache::{CacheStore, InMemoryCacheStore, MemoryBounds};
 use toolshield_core::ToolResponse;
 
 /// A store with these bounds, and the bounds.
-fn bounded(max_entries: u64, max_bytes: u64) -> (MemoryCacheConfig, InMemoryCacheStore) {
-    let cfg = MemoryCacheConfig {
+fn bounded(max_entries: u64, max_bytes: u64) -> (MemoryBounds, InMemoryCacheStore) {
+    let cfg = MemoryBounds {
         max_entries,
         max_bytes,
     };
@@ -136,7 +136,7 @@ async fn expired_entries_are_freed_by_a_read_or_a_purge() {
 
 #[test]
 fn bounds_are_validated() {
-    let err = MemoryCacheConfig {
+    let err = MemoryBounds {
         max_entries: 0,
         max_bytes: 0,
     }

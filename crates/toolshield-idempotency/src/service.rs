@@ -87,7 +87,7 @@ where
         // The ready service goes into the future; this one keeps an unready clone.
         let clone = self.inner.clone();
         let svc = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::guarded(Box::pin(run(Arc::clone(&self.shared), svc, req, key)))
+        ResponseFuture::boxed(Box::pin(run(Arc::clone(&self.shared), svc, req, key)))
     }
 }
 
@@ -171,11 +171,7 @@ impl ClaimGuard {
                     let mut valid_until = deadline_after(Instant::now(), lease);
                     let mut pause = Duration::from_millis(10);
                     loop {
-                        let r = if rec.status == RecordStatus::Completed {
-                            store.complete(&key, &owner, (*rec).clone(), ttl).await
-                        } else {
-                            store.fail(&key, &owner, (*rec).clone(), ttl).await
-                        };
+                        let r = store.finish(&key, &owner, (*rec).clone(), ttl).await;
                         match r {
                             Ok(_) => break,
                             Err(e) => {
@@ -286,11 +282,7 @@ async fn write_outcome(
     let mut pause = Duration::from_millis(10);
     let mut tried_before = false;
     loop {
-        let r = if rec.status == RecordStatus::Completed {
-            shared.store.complete(skey, owner, rec.clone(), ttl).await
-        } else {
-            shared.store.fail(skey, owner, rec.clone(), ttl).await
-        };
+        let r = shared.store.finish(skey, owner, rec.clone(), ttl).await;
         match r {
             Ok(true) => return Written::Yes,
             Ok(false) if tried_before => {
@@ -508,7 +500,7 @@ where
                     guard.on_drop = OnDrop::Write(Box::new(unknown.clone()), cfg.record_ttl);
                     let r = shared
                         .store
-                        .fail(&skey, &owner, unknown, cfg.record_ttl)
+                        .finish(&skey, &owner, unknown, cfg.record_ttl)
                         .await;
                     if r.is_ok() {
                         guard.on_drop = OnDrop::Nothing;

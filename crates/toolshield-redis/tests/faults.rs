@@ -208,23 +208,14 @@ impl IdempotencyStore for Paused {
     ) -> StoreFuture<'a, ClaimOutcome> {
         self.inner.claim(key, record, lease)
     }
-    fn complete<'a>(
+    fn finish<'a>(
         &'a self,
         key: &'a str,
         owner: &'a str,
         record: IdempotencyRecord,
         ttl: Duration,
     ) -> StoreFuture<'a, bool> {
-        self.inner.complete(key, owner, record, ttl)
-    }
-    fn fail<'a>(
-        &'a self,
-        key: &'a str,
-        owner: &'a str,
-        record: IdempotencyRecord,
-        ttl: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.fail(key, owner, record, ttl)
+        self.inner.finish(key, owner, record, ttl)
     }
     fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
         let mut running = self.running.clone();
@@ -372,7 +363,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         Duration::from_secs(60),
     );
     assert!(store_b
-        .complete(k, "b", b_done, Duration::from_secs(60))
+        .finish(k, "b", b_done, Duration::from_secs(60))
         .await
         .unwrap());
     let a_done = IdempotencyRecord::completed(
@@ -382,7 +373,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         Duration::from_secs(60),
     );
     assert!(!store_a
-        .complete(k, "a", a_done, Duration::from_secs(60))
+        .finish(k, "a", a_done, Duration::from_secs(60))
         .await
         .unwrap());
     assert!(!store_a.renew(k, "a", lease).await.unwrap());
