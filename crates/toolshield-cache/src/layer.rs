@@ -18,7 +18,7 @@ use crate::store::CacheStore;
 /// of counters.
 #[derive(Clone)]
 pub struct CacheLayer {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for CacheLayer {
@@ -73,6 +73,6 @@ impl<S> Layer<S> for CacheLayer {
     type Service = Cache<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Cache::new(inner, Arc::clone(&self.shared))
+        Cache::new(inner, self.clone())
     }
 }

@@ -19,23 +19,16 @@ use crate::store::{CacheLookup, CacheStore, StoreFuture};
 /// at least once per turn of the hand survives any flood of one-off keys; TTL is per entry
 /// and checked on every read against tokio's clock (see [`TtlMap`]). Clones share the
 /// entries.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct InMemoryCacheStore {
-    map: Arc<TtlMap<Arc<ToolResponse>>>,
-}
-
-impl std::fmt::Debug for InMemoryCacheStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InMemoryCacheStore")
-            .field("entries", &self.entry_count())
-            .field("weighted_size", &self.weighted_size())
-            .finish()
-    }
+    entries: TtlMap<Arc<ToolResponse>>,
 }
 
 impl Default for InMemoryCacheStore {
     fn default() -> Self {
-        Self::build(Self::DEFAULT_BOUNDS)
+        InMemoryCacheStore {
+            entries: TtlMap::new(Self::DEFAULT_BOUNDS),
+        }
     }
 }
 
@@ -50,36 +43,20 @@ impl InMemoryCacheStore {
 
     /// A store with `bounds`; invalid bounds are an error.
     pub fn with_config(bounds: &MemoryBounds) -> Result<Self, ConfigError> {
-        bounds.validate()?;
-        Ok(Self::build(*bounds))
+        Ok(InMemoryCacheStore {
+            entries: TtlMap::with_bounds(*bounds)?,
+        })
     }
 
-    fn build(bounds: MemoryBounds) -> Self {
-        InMemoryCacheStore {
-            map: Arc::new(TtlMap::new(bounds)),
-        }
-    }
-
-    /// The number of entries, expired ones not yet evicted included.
-    pub fn entry_count(&self) -> u64 {
-        self.map.len()
-    }
-
-    /// The weighted size in bytes of the entries [`entry_count`](Self::entry_count) counts.
-    pub fn weighted_size(&self) -> u64 {
-        self.map.weighted_size()
-    }
-
-    /// Frees every expired entry now (otherwise they go when read, or when the clock hand
-    /// meets them).
-    pub fn purge_expired(&self) {
-        self.map.purge_expired();
+    /// The entries: their count, weighted size, and `purge_expired`.
+    pub fn entries(&self) -> &TtlMap<Arc<ToolResponse>> {
+        &self.entries
     }
 
     /// The live entry under `key`, without a future (what [`CacheStore::get`] does).
     pub fn get_now(&self, key: &str) -> Option<CacheLookup> {
         let (response, ttl_left) = self
-            .map
+            .entries
             .get(key, |response, left| (Arc::clone(response), left))?;
         Some(CacheLookup {
             response: (*response).clone(),
@@ -95,12 +72,12 @@ impl InMemoryCacheStore {
         }
         response.extensions = Default::default();
         let weight = key.len().saturating_add(response_weight(&response)) as u64;
-        self.map.insert(key, Arc::new(response), weight, ttl);
+        self.entries.insert(key, Arc::new(response), weight, ttl);
     }
 
     /// Deletes the entry under `key`, without a future; `true` if a live entry was there.
     pub fn remove_now(&self, key: &str) -> bool {
-        self.map.remove(key)
+        self.entries.remove(key)
     }
 }
 

@@ -1,17 +1,18 @@
 //! [`Cache`]: the service and its hit / miss / single-flight / stale-if-error paths.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use chrono::Utc;
 use toolshield_core::keys;
 use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
 use crate::config::CachePolicy;
 use crate::flight::Join;
 use crate::future::ResponseFuture;
 use crate::handle::{bump, Shared};
+use crate::layer::CacheLayer;
 
 /// Marks a request whose result belongs to its caller: its cache key is namespaced by
 /// the caller id whatever the tool's configuration (`req.extension(PerUser)`).
@@ -48,49 +49,9 @@ pub fn storage_key(tool: &str, caller: Option<&str>, digest: &Digest) -> String 
     keys::storage_key("cache", tool, caller, hex)
 }
 
-/// The cache service: see [`CacheLayer`](crate::CacheLayer).
-pub struct Cache<S> {
-    inner: S,
-    shared: Arc<Shared>,
-}
-
-impl<S: Clone> Clone for Cache<S> {
-    fn clone(&self) -> Self {
-        Cache {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-impl<S: std::fmt::Debug> std::fmt::Debug for Cache<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cache")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> Cache<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        Cache { inner, shared }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
+/// The cache service: see [`CacheLayer`]. A [`StoreService`] whose [`StorePath`] is the
+/// layer's (below).
+pub type Cache<S> = StoreService<S, CacheLayer>;
 
 /// The storage key of `req` under `policy`, or `None` when the request is not cached.
 pub(crate) fn key_for(req: &ToolRequest, policy: &CachePolicy) -> Option<String> {
@@ -109,30 +70,23 @@ pub(crate) fn key_for(req: &ToolRequest, policy: &CachePolicy) -> Option<String>
     Some(storage_key(req.tool(), caller, &digest))
 }
 
-impl<S> Service<ToolRequest> for Cache<S>
-where
-    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
-    S::Error: Into<ToolError> + Send,
-    S::Future: Send + 'static,
-{
+impl StorePath<ToolRequest> for CacheLayer {
     type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: ToolRequest) -> Self::Future {
+    fn call<S>(&self, inner: &mut S, req: ToolRequest) -> ResponseFuture<S::Future>
+    where
+        S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+        S::Error: Into<ToolError> + Send,
+        S::Future: Send + 'static,
+    {
         if !req.call_kind().is_cacheable() {
-            return ResponseFuture::passthrough(self.inner.call(req));
+            return ResponseFuture::passthrough(inner.call(req));
         }
         let policy = self.shared.policy_for(req.settings_name());
         let Some(key) = key_for(&req, &policy) else {
-            return ResponseFuture::passthrough(self.inner.call(req));
+            return ResponseFuture::passthrough(inner.call(req));
         };
-        let clone = self.inner.clone();
-        let svc = std::mem::replace(&mut self.inner, clone);
+        let svc = take_ready(inner);
         ResponseFuture::boxed(Box::pin(run(
             Arc::clone(&self.shared),
             svc,

@@ -1,7 +1,6 @@
 //! The bounded in-memory [`IdempotencyStore`], on the shared [`TtlMap`].
 
 use std::future::ready;
-use std::sync::Arc;
 use std::time::Duration;
 
 use toolshield_core::config::ConfigError;
@@ -25,23 +24,16 @@ use crate::store::{ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStat
 /// lease (never to reads), so that claim is reported as a takeover.
 ///
 /// Clones share the same records.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct InMemoryIdempotencyStore {
-    map: Arc<TtlMap<IdempotencyRecord>>,
-}
-
-impl std::fmt::Debug for InMemoryIdempotencyStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InMemoryIdempotencyStore")
-            .field("entries", &self.entry_count())
-            .field("weighted_size", &self.weighted_size())
-            .finish()
-    }
+    entries: TtlMap<IdempotencyRecord>,
 }
 
 impl Default for InMemoryIdempotencyStore {
     fn default() -> Self {
-        Self::build(Self::DEFAULT_BOUNDS)
+        InMemoryIdempotencyStore {
+            entries: TtlMap::new(Self::DEFAULT_BOUNDS),
+        }
     }
 }
 
@@ -56,30 +48,14 @@ impl InMemoryIdempotencyStore {
 
     /// A store with `bounds`; invalid bounds are an error.
     pub fn with_config(bounds: &MemoryBounds) -> Result<Self, ConfigError> {
-        bounds.validate()?;
-        Ok(Self::build(*bounds))
+        Ok(InMemoryIdempotencyStore {
+            entries: TtlMap::with_bounds(*bounds)?,
+        })
     }
 
-    fn build(bounds: MemoryBounds) -> Self {
-        InMemoryIdempotencyStore {
-            map: Arc::new(TtlMap::new(bounds)),
-        }
-    }
-
-    /// The number of records held, expired ones not yet freed included.
-    pub fn entry_count(&self) -> u64 {
-        self.map.len()
-    }
-
-    /// The weighted size in bytes of the records [`entry_count`](Self::entry_count) counts.
-    pub fn weighted_size(&self) -> u64 {
-        self.map.weighted_size()
-    }
-
-    /// Frees every expired record now (otherwise they go when met). A PENDING record
-    /// whose lease ran out less than a lease ago stays, to report the takeover.
-    pub fn purge_expired(&self) {
-        self.map.purge_expired();
+    /// The entries: their count, weighted size, and `purge_expired`.
+    pub fn entries(&self) -> &TtlMap<IdempotencyRecord> {
+        &self.entries
     }
 
     /// The write of `record` under `key` for `ttl`, or an error when it cannot be held.
@@ -90,10 +66,10 @@ impl InMemoryIdempotencyStore {
         ttl: Duration,
     ) -> Result<Write<IdempotencyRecord>, StoreError> {
         let weight = key.len().saturating_add(serialized_len(&record)) as u64;
-        if weight > self.map.max_weight() {
+        if weight > self.entries.max_weight() {
             return Err(StoreError::new(format!(
                 "a record of {weight} bytes is larger than the in-memory store holds ({} bytes)",
-                self.map.max_weight()
+                self.entries.max_weight()
             )));
         }
         // A lapsed claim lingers one more lease, so the next claim can tell a takeover.
@@ -117,11 +93,11 @@ impl InMemoryIdempotencyStore {
         lease: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         // A replay answers under the shard's shared lock.
-        if let Some(existing) = self.map.get(key, |rec, _| rec.clone()) {
+        if let Some(existing) = self.entries.get(key, |rec, _| rec.clone()) {
             return Ok(ClaimOutcome::Existing(existing));
         }
         let put = self.put(key, record, lease)?;
-        Ok(self.map.update(key, |found| match found {
+        Ok(self.entries.update(key, |found| match found {
             Some(f) if f.live => (Write::Keep, ClaimOutcome::Existing(f.value.clone())),
             // An expired claim that was never finished nor released.
             Some(f) if f.value.status == RecordStatus::Pending => (put, ClaimOutcome::TakenOver),
@@ -131,7 +107,7 @@ impl InMemoryIdempotencyStore {
 
     /// The owner check, then `write`: the record is live, PENDING and owned by `owner`.
     fn fenced(&self, key: &str, owner: &str, write: Write<IdempotencyRecord>) -> bool {
-        self.map.update(key, |found| match found {
+        self.entries.update(key, |found| match found {
             Some(f) if f.live && f.value.is_owned_by(owner) => (write, true),
             _ => (Write::Keep, false),
         })
@@ -153,7 +129,7 @@ impl InMemoryIdempotencyStore {
 
     fn renew_now(&self, key: &str, owner: &str, lease: Duration) -> Result<bool, StoreError> {
         let mut too_large = None;
-        let renewed = self.map.update(key, |found| match found {
+        let renewed = self.entries.update(key, |found| match found {
             Some(f) if f.live && f.value.is_owned_by(owner) => {
                 let record = f.value.clone().with_lease(lease);
                 match self.put(key, record, lease) {
@@ -202,10 +178,10 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>> {
-        Box::pin(ready(Ok(self.map.get(key, |rec, _| rec.clone()))))
+        Box::pin(ready(Ok(self.entries.get(key, |rec, _| rec.clone()))))
     }
 
     fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {
-        Box::pin(ready(Ok(self.map.remove(key))))
+        Box::pin(ready(Ok(self.entries.remove(key))))
     }
 }

@@ -1,92 +1,46 @@
 //! [`Idempotency`]: the service and the claim / call / record lifecycle.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use chrono::Utc;
 use tokio::time::Instant;
 use toolshield_core::config::deadline_after;
 use toolshield_core::{CallKind, Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
 use crate::config::{OnPending, OnStoreError};
 use crate::future::ResponseFuture;
 use crate::handle::{bump, Shared};
 use crate::key::{resolve, ResolvedKey};
+use crate::layer::IdempotencyLayer;
 use crate::store::{ClaimOutcome, IdempotencyRecord, RecordStatus, StoreFuture};
 
-/// The idempotency service: see [`IdempotencyLayer`](crate::IdempotencyLayer).
-pub struct Idempotency<S> {
-    inner: S,
-    shared: Arc<Shared>,
-}
+/// The idempotency service: see [`IdempotencyLayer`]. A [`StoreService`] whose
+/// [`StorePath`] is the layer's.
+pub type Idempotency<S> = StoreService<S, IdempotencyLayer>;
 
-impl<S: Clone> Clone for Idempotency<S> {
-    fn clone(&self) -> Self {
-        Idempotency {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-impl<S: std::fmt::Debug> std::fmt::Debug for Idempotency<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idempotency")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> Idempotency<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        Idempotency { inner, shared }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S> Service<ToolRequest> for Idempotency<S>
-where
-    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
-    S::Error: Into<ToolError> + Send,
-    S::Future: Send + 'static,
-{
+impl StorePath<ToolRequest> for IdempotencyLayer {
     type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: ToolRequest) -> Self::Future {
+    fn call<S>(&self, inner: &mut S, req: ToolRequest) -> ResponseFuture<S::Future>
+    where
+        S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+        S::Error: Into<ToolError> + Send,
+        S::Future: Send + 'static,
+    {
         if req.call_kind() == CallKind::ReadOnly {
-            return ResponseFuture::passthrough(self.inner.call(req));
+            return ResponseFuture::passthrough(inner.call(req));
         }
         let c = &self.shared.config;
         let key = match resolve(&req, c.derive_keys, c.key_window, c.scope_keys_by_caller) {
             Ok(Some(key)) => key,
-            Ok(None) => return ResponseFuture::passthrough(self.inner.call(req)),
+            Ok(None) => return ResponseFuture::passthrough(inner.call(req)),
             Err(e) => return ResponseFuture::ready(Err(e)),
         };
-        // The ready service goes into the future; this one keeps an unready clone.
-        let clone = self.inner.clone();
-        let svc = std::mem::replace(&mut self.inner, clone);
+        // The ready service goes into the future; the service keeps an unready clone.
+        let svc = take_ready(inner);
         ResponseFuture::boxed(Box::pin(run(Arc::clone(&self.shared), svc, req, key)))
     }
 }

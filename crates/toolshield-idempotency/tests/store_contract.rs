@@ -35,22 +35,22 @@ async fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
         let out = store.claim(&key, rec, lease).await.expect("claim");
         assert_eq!(out, ClaimOutcome::Claimed);
         if i % 10_000 == 9_999 {
-            store.purge_expired();
+            store.entries().purge_expired();
             assert!(
-                store.entry_count() <= cfg.max_entries,
+                store.entries().len() <= cfg.max_entries,
                 "entries {} > bound at {i}",
-                store.entry_count()
+                store.entries().len()
             );
             assert!(
-                store.weighted_size() <= cfg.max_bytes,
+                store.entries().weighted_size() <= cfg.max_bytes,
                 "bytes {} > bound at {i}",
-                store.weighted_size()
+                store.entries().weighted_size()
             );
         }
     }
-    store.purge_expired();
-    assert!(store.entry_count() <= cfg.max_entries);
-    assert!(store.entry_count() > 0);
+    store.entries().purge_expired();
+    assert!(store.entries().len() <= cfg.max_entries);
+    assert!(store.entries().len() > 0);
 }
 
 #[test]

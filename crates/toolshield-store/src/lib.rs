@@ -4,8 +4,10 @@ mod bounds;
 mod error;
 mod future;
 mod map;
+mod service;
 
 pub use bounds::MemoryBounds;
 pub use error::{StoreError, StoreFuture};
 pub use future::{BoxedPath, LayerFuture};
 pub use map::{Found, TtlMap, Write};
+pub use service::{take_ready, StorePath, StoreService};

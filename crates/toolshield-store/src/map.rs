@@ -190,7 +190,7 @@ impl<V> Shard<V> {
 /// marks and evicts the first entry it finds unmarked, or expired. An entry read at least
 /// once per turn of the hand survives any flood of one-off keys. TTLs are checked on every
 /// access against tokio's clock. Reads take a shared lock; [`update`](Self::update) is
-/// atomic per key.
+/// atomic per key. Clones share the entries.
 ///
 /// ```
 /// use std::time::Duration;
@@ -209,9 +209,19 @@ impl<V> Shard<V> {
 /// assert_eq!(map.len(), 0);
 /// ```
 pub struct TtlMap<V> {
-    shards: Box<[RwLock<Shard<V>>]>,
+    shards: Arc<[RwLock<Shard<V>>]>,
     hasher: FastState,
     max_weight: u64,
+}
+
+impl<V> Clone for TtlMap<V> {
+    fn clone(&self) -> Self {
+        TtlMap {
+            shards: Arc::clone(&self.shards),
+            hasher: self.hasher.clone(),
+            max_weight: self.max_weight,
+        }
+    }
 }
 
 impl<V> std::fmt::Debug for TtlMap<V> {
