@@ -11,7 +11,7 @@ use tower_service::Service;
 use crate::config::CachePolicy;
 use crate::flight::Join;
 use crate::future::ResponseFuture;
-use crate::handle::{bump, Shared};
+use crate::handle::Shared;
 use crate::layer::CacheLayer;
 
 /// Marks a request whose result belongs to its caller: its cache key is namespaced by
@@ -126,20 +126,20 @@ where
         let mut stale: Option<ToolResponse> = None;
         match shared.store.get(&key).await {
             Ok(Some(found)) if found.ttl_left > grace => {
-                bump(&counters.hits);
+                counters.hits.bump();
                 return Ok(hit(found.response));
             }
             Ok(Some(found)) => stale = Some(found.response),
             Ok(None) => {}
             Err(e) => {
-                bump(&counters.store_errors);
+                counters.store_errors.bump();
                 tracing::warn!(error = %e, "cache store unavailable: calling the tool");
             }
         }
         match shared.flights.join(&key) {
             Join::Follow(follower) => match follower.wait().await {
                 Some(result) => {
-                    bump(&counters.coalesced);
+                    counters.coalesced.bump();
                     return result.map(hit);
                 }
                 // The leader was dropped or cancelled: look again, and lead if nobody
@@ -150,7 +150,7 @@ where
                 let Some((mut svc, req)) = call.take() else {
                     return Err(ToolError::internal("cache called the tool twice"));
                 };
-                bump(&counters.misses);
+                counters.misses.bump();
                 let result = svc.call(req).await.map_err(Into::into);
                 let result = match result {
                     Ok(mut resp) => {
@@ -160,7 +160,7 @@ where
                         if !resp.is_error() {
                             let ttl = policy.ttl.saturating_add(grace);
                             if let Err(e) = shared.store.put(&key, resp.clone(), ttl).await {
-                                bump(&counters.store_errors);
+                                counters.store_errors.bump();
                                 tracing::warn!(error = %e, "cache store unavailable: result not cached");
                             }
                         }
@@ -168,7 +168,7 @@ where
                     }
                     Err(e) => match stale {
                         Some(mut old) if !grace.is_zero() && serves_stale(e.kind()) => {
-                            bump(&counters.stale);
+                            counters.stale.bump();
                             tracing::warn!(code = e.code(), "serving a stale cache entry");
                             old.provenance.stale = true;
                             Ok(hit(old))

@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use crate::config::{OnPending, OnStoreError};
 use crate::future::ResponseFuture;
-use crate::handle::{bump, Shared};
+use crate::handle::Shared;
 use crate::key::{resolve, ResolvedKey};
 use crate::layer::IdempotencyLayer;
 use crate::store::{ClaimOutcome, IdempotencyRecord, RecordStatus, StoreFuture};
@@ -129,7 +129,7 @@ impl ClaimGuard {
                         match r {
                             Ok(_) => break,
                             Err(e) => {
-                                bump(&shared.counters.store_errors);
+                                shared.counters.store_errors.bump();
                                 if Instant::now().checked_add(pause).is_none_or(|t| t >= valid_until) {
                                     tracing::error!(error = %e, "idempotency: could not record the outcome of a dropped call; its lease will expire");
                                     break;
@@ -256,7 +256,7 @@ async fn write_outcome(
             }
             Err(e) => {
                 tried_before = true;
-                bump(&shared.counters.store_errors);
+                shared.counters.store_errors.bump();
                 let now = Instant::now();
                 if now.checked_add(pause).is_none_or(|t| t >= until) {
                     tracing::error!(tool = %tool, error = %e, "idempotency: could not record the outcome");
@@ -324,7 +324,7 @@ where
         }
         match claimed {
             Err(e) => {
-                bump(&counters.store_errors);
+                counters.store_errors.bump();
                 // The claim may have been applied although it failed here: release it now
                 // (owner-checked), so the key is not blocked for a whole lease.
                 guard.spawn_cleanup();
@@ -336,25 +336,25 @@ where
                     .with_source(e)),
                     OnStoreError::FailOpen => {
                         tracing::warn!(tool = %tool, error = %e, "idempotency store unavailable: running without dedupe");
-                        bump(&counters.executions);
+                        counters.executions.bump();
                         svc.call(req).await.map_err(Into::into)
                     }
                 };
             }
             Ok(ClaimOutcome::Claimed) => break Lease::new(sent, cfg.lease),
             Ok(ClaimOutcome::TakenOver) => {
-                bump(&counters.takeovers);
+                counters.takeovers.bump();
                 tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome");
                 break Lease::new(sent, cfg.lease);
             }
             Ok(ClaimOutcome::Existing(rec)) => {
                 if rec.payload_hash != payload_hash {
-                    bump(&counters.conflicts);
+                    counters.conflicts.bump();
                     return Err(reused(&tool));
                 }
                 match rec.status {
                     RecordStatus::Completed => {
-                        bump(&counters.replays);
+                        counters.replays.bump();
                         let Some(mut resp) = rec.result else {
                             return Err(ToolError::internal(
                                 "completed idempotency record without a result",
@@ -364,7 +364,7 @@ where
                         return Ok(resp);
                     }
                     RecordStatus::Failed => {
-                        bump(&counters.replays);
+                        counters.replays.bump();
                         return Err(match rec.error {
                             Some(e) => e.to_error(),
                             None => {
@@ -374,17 +374,17 @@ where
                     }
                     RecordStatus::Pending => match cfg.on_pending {
                         OnPending::FailFast => {
-                            bump(&counters.in_progress);
+                            counters.in_progress.bump();
                             return Err(in_progress(&tool));
                         }
                         OnPending::Wait => {
                             if !waited {
                                 waited = true;
-                                bump(&counters.waits);
+                                counters.waits.bump();
                             }
                             let now = Instant::now();
                             if now >= wait_until {
-                                bump(&counters.in_progress);
+                                counters.in_progress.bump();
                                 return Err(in_progress(&tool));
                             }
                             tokio::time::sleep(interval.min(wait_until - now)).await;
@@ -401,7 +401,7 @@ where
     // ----- we own the key: call, renewing the lease -----
     let mutating = req.call_kind() == CallKind::Mutating;
     guard.on_drop = OnDrop::Release;
-    bump(&counters.executions);
+    counters.executions.bump();
     if mutating {
         // From here on the call may take effect: a drop leaves OUTCOME_UNKNOWN.
         let err = outcome_unknown(&tool, "was cancelled after it was sent");
@@ -441,7 +441,7 @@ where
                 // The tool ran and its result is not recorded: never let the key turn
                 // silently free. Mark the key OUTCOME_UNKNOWN (a duplicate is told so
                 // until an operator forgets it) and say so on the response.
-                bump(&counters.unrecorded);
+                counters.unrecorded.bump();
                 resp.provenance.unrecorded = true;
                 if w == Written::Failed {
                     let err = outcome_unknown(&tool, "ran, but its result could not be recorded");
@@ -467,7 +467,7 @@ where
             Ok(resp)
         }
         Err(e) if mutating && outcome_unknown_after(e.kind()) => {
-            bump(&counters.outcome_unknown);
+            counters.outcome_unknown.bump();
             let what = match e.kind() {
                 ErrorKind::Timeout => "timed out after it was sent",
                 ErrorKind::Internal => "failed inside the tool layer after it was sent",
@@ -484,7 +484,7 @@ where
             match shared.store.release(&skey, &owner).await {
                 Ok(_) => guard.on_drop = OnDrop::Nothing,
                 Err(err) => {
-                    bump(&counters.store_errors);
+                    counters.store_errors.bump();
                     tracing::warn!(tool = %tool, error = %err, "idempotency: could not release the key; its lease will expire");
                     guard.on_drop = OnDrop::Nothing;
                 }
@@ -566,7 +566,7 @@ where
                         }
                     }
                     Err(e) => {
-                        bump(&shared.counters.store_errors);
+                        shared.counters.store_errors.bump();
                         tracing::warn!(tool = %tool, error = %e, "idempotency: could not renew the lease");
                     }
                 }
