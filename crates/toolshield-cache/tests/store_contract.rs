@@ -48,7 +48,7 @@ fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
         }
     }
     assert!(store.entries().len() <= cfg.max_entries);
-    assert!(store.entries().len() > 0);
+    assert!(!store.entries().is_empty());
 }
 
 #[test]
@@ -180,5 +180,5 @@ fn bounds_hold_under_concurrent_writers_readers_and_removers() {
     });
     assert!(store.entries().len() <= cfg.max_entries);
     assert!(store.entries().weighted_size() <= cfg.max_bytes);
-    assert!(store.entries().len() > 0);
+    assert!(!store.entries().is_empty());
 }
