@@ -298,7 +298,8 @@ where
     // The fencing token of this claim: never the request's execution id, which every
     // clone of the request shares.
     let owner = new_owner_token();
-    let wait_until = deadline_after(Instant::now(), cfg.wait_timeout);
+    // Set when the first claim is sent: a replay reads the clock once.
+    let mut wait_until: Option<Instant> = None;
     let mut waited = false;
     // A waiting duplicate polls the store with a growing interval (doubling from
     // `poll_interval` up to `max_poll_interval`): prompt for short calls, light on the
@@ -312,9 +313,10 @@ where
     };
 
     // ----- claim, replay, wait -----
-    let mut lease = loop {
+    let lease = loop {
         let pending = IdempotencyRecord::pending(payload_hash, owner.clone(), cfg.lease);
         let sent = Instant::now();
+        let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent, cfg.wait_timeout));
         // While the claim is in flight, a drop (or a failure: a claim that timed out may
         // still land) releases it by our token.
         guard.on_drop = OnDrop::Release;
@@ -398,6 +400,53 @@ where
         }
     };
 
+    // Boxed: only a first execution pays for the large call-and-record future, so a
+    // replay moves and frees a small one.
+    let owned = Claimed {
+        tool,
+        skey,
+        owner,
+        payload_hash,
+        execution_id,
+        lease,
+        guard,
+    };
+    Box::pin(execute(shared, svc, req, owned)).await
+}
+
+/// A claim this call owns: what the call-and-record phase needs.
+struct Claimed {
+    tool: Arc<str>,
+    skey: String,
+    owner: String,
+    payload_hash: Digest,
+    execution_id: uuid::Uuid,
+    lease: Lease,
+    guard: ClaimGuard,
+}
+
+/// Runs the call under the claim `c`, renewing the lease, and records its outcome.
+async fn execute<S>(
+    shared: Arc<Shared>,
+    mut svc: S,
+    req: ToolRequest,
+    c: Claimed,
+) -> Result<ToolResponse, ToolError>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<ToolError> + Send,
+{
+    let cfg = &shared.config;
+    let counters = &shared.counters;
+    let Claimed {
+        tool,
+        skey,
+        owner,
+        payload_hash,
+        execution_id,
+        mut lease,
+        mut guard,
+    } = c;
     // ----- we own the key: call, renewing the lease -----
     let mutating = req.call_kind() == CallKind::Mutating;
     guard.on_drop = OnDrop::Release;
