@@ -84,7 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("flaky server listening on {base}\n");
 
     // retry (3 attempts, 50-100 ms apart) > breaker per host > 500 ms per attempt > reqwest
-    let retry = RetryLayer::from_config(RetryConfig {
+    let retry = RetryLayer::from_config(&RetryConfig {
         max_attempts: 3,
         backoff: BackoffStrategy::fixed_range(
             Duration::from_millis(50),

@@ -6,9 +6,7 @@
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
 
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -20,6 +18,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::Value;
 use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry};
 use toolshield_core::{CallKind, ShieldRequest, ToolError, ToolResponse};
+use toolshield_test::{block_on, call_blocking};
 use tower::{Layer, Service};
 
 /// A request that costs nothing to build and drop, so the group measures the breakers
@@ -72,27 +71,13 @@ impl Service<LiteRequest> for BareTool {
 
 type ToolRequest = LiteRequest;
 
-/// Polls a future to completion on the current thread with a no-op waker: every entry
-/// of a group pays the same (nothing) for the executor.
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut fut = pin!(fut);
-    loop {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
-}
-
 /// One call through `svc` (readiness, call, await), asserting success.
 fn call<S>(svc: &mut S, req: &ToolRequest)
 where
     S: Service<ToolRequest>,
     S::Error: std::fmt::Debug,
 {
-    let mut cx = Context::from_waker(Waker::noop());
-    let _ = svc.poll_ready(&mut cx);
-    let res = block_on(svc.call(req.clone()));
+    let res = call_blocking(svc, req.clone());
     assert!(res.is_ok());
 }
 

@@ -47,9 +47,8 @@ fn cache_hit(c: &mut Criterion) {
         b.iter(|| black_box(read(&payload).cache_key()))
     });
 
-    let layer =
-        CacheLayer::new(CacheConfig::default().with_ttl("weather", Duration::from_secs(3600)))
-            .expect("config");
+    let layer = CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(3600)))
+        .expect("config");
     let mut svc = layer.layer(BareTool::new());
     rt.block_on(async {
         svc.ready()
@@ -114,9 +113,8 @@ fn cache_miss(c: &mut Criterion) {
         })
     });
 
-    let layer =
-        CacheLayer::new(CacheConfig::default().with_ttl("weather", Duration::from_secs(3600)))
-            .expect("config");
+    let layer = CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(3600)))
+        .expect("config");
     let mut svc = layer.layer(BareTool::new());
     g.bench_function("toolshield", |b| {
         b.to_async(&rt).iter(|| {

@@ -7,10 +7,9 @@
 #![allow(missing_docs)]
 
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Ready};
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,20 +17,11 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use toolshield_breaker::{BreakerLayer, BreakerRegistry};
-use toolshield_http::{BufferLayer, HttpErrorLayer};
+use toolshield_http::{BufferBodyLayer, HttpErrorLayer};
 use toolshield_retry::RetryLayer;
+use toolshield_test::call_blocking;
 use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
-
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut fut = pin!(fut);
-    loop {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
-}
 
 /// An HTTP "client" that answers 200 with an empty body at once.
 #[derive(Clone, Copy)]
@@ -62,9 +52,7 @@ where
     S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
     S::Error: std::fmt::Debug,
 {
-    let mut cx = Context::from_waker(Waker::noop());
-    let _ = svc.poll_ready(&mut cx);
-    let res = block_on(svc.call(req));
+    let res = call_blocking(svc, req);
     assert_eq!(black_box(res).unwrap().status(), StatusCode::OK);
 }
 
@@ -81,13 +69,13 @@ fn http_stack(c: &mut Criterion) {
     group.bench_function("bare", |b| b.iter(|| call(&mut bare, request(&body))));
 
     let mut buffered = ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .service(BareHttp);
     group.bench_function("buffer", |b| b.iter(|| call(&mut buffered, request(&body))));
 
     let mut stack = ServiceBuilder::new()
-        .layer(BufferLayer::default())
-        .layer(RetryLayer::from_config(Default::default()).unwrap())
+        .layer(BufferBodyLayer::default())
+        .layer(RetryLayer::from_config(&Default::default()).unwrap())
         .layer(BreakerLayer::new(BreakerRegistry::default()))
         .layer(TimeoutLayer::new(Duration::from_secs(30)))
         .layer(HttpErrorLayer::new())

@@ -12,7 +12,7 @@ use toolshield_benches::BareTool;
 use toolshield_cancel::CancelLayer;
 use toolshield_core::ToolRequest;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 
 /// Calls `svc` once with a request cloned from `req` (a clone is a few refcount bumps,
 /// the same for every entry of the group).
@@ -21,9 +21,7 @@ where
     S: Service<ToolRequest>,
     S::Error: std::fmt::Debug,
 {
-    let svc = svc.ready().await.expect("ready");
-    let res = svc.call(req.clone()).await;
-    assert!(res.is_ok());
+    assert!(toolshield_test::call(svc, req.clone()).await.is_ok());
 }
 
 fn layers(c: &mut Criterion) {

@@ -11,16 +11,14 @@ use toolshield_benches::{payload_200b, BareTool};
 use toolshield_core::ToolRequest;
 use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
 use toolshield_provenance::ProvenanceLayer;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 
 async fn call_once<S>(svc: &mut S, req: &ToolRequest)
 where
     S: Service<ToolRequest>,
     S::Error: std::fmt::Debug,
 {
-    let svc = svc.ready().await.expect("ready");
-    let res = svc.call(req.clone()).await;
-    assert!(res.is_ok());
+    assert!(toolshield_test::call(svc, req.clone()).await.is_ok());
 }
 
 macro_rules! bench {

@@ -7,29 +7,17 @@
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
 
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Ready};
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use toolshield_benches::{payload_200b, BareTool};
 use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_retry::RetryLayer;
+use toolshield_test::call_blocking;
 use tower::retry::{Policy, RetryLayer as TowerRetryLayer};
 use tower::{Layer, Service};
-
-/// Polls a future to completion on the current thread with a no-op waker: every entry
-/// of the group pays the same (nothing) for the executor.
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut fut = pin!(fut);
-    loop {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
-}
 
 /// One call through `svc` (readiness, call, await), asserting success.
 fn call<S>(svc: &mut S, req: &ToolRequest)
@@ -37,9 +25,7 @@ where
     S: Service<ToolRequest, Response = ToolResponse>,
     S::Error: std::fmt::Debug,
 {
-    let mut cx = Context::from_waker(Waker::noop());
-    let _ = svc.poll_ready(&mut cx);
-    let res = block_on(svc.call(req.clone()));
+    let res = call_blocking(svc, req.clone());
     assert!(black_box(res).is_ok());
 }
 

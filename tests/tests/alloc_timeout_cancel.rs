@@ -3,36 +3,18 @@
 //! One test in this file: the counting allocator sees every thread of the process.
 
 use std::alloc::System;
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use serde_json::json;
-use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use toolshield_cancel::CancelLayer;
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_test::alloc::{least_of, measure, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::{call_now, BareTool};
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use tower::{Layer, Service};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-/// A tool that answers at once without allocating.
-#[derive(Clone)]
-struct Bare;
-
-impl Service<ToolRequest> for Bare {
-    type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = std::future::Ready<Result<ToolResponse, ToolError>>;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, _req: ToolRequest) -> Self::Future {
-        std::future::ready(Ok(ToolResponse::new(serde_json::Value::Bool(true))))
-    }
-}
 
 /// Allocations made by `n` calls through `svc`, requests built beforehand: the least of
 /// three runs. The counter is process-wide, so another thread (the test harness printing
@@ -42,10 +24,7 @@ fn allocations_per_call<S>(svc: &mut S, n: usize) -> usize
 where
     S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
 {
-    (0..3)
-        .map(|_| allocations_once(svc, n))
-        .min()
-        .unwrap_or(usize::MAX)
+    least_of(3, || allocations_once(svc, n))
 }
 
 fn allocations_once<S>(svc: &mut S, n: usize) -> usize
@@ -53,17 +32,11 @@ where
     S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
 {
     let reqs: Vec<_> = (0..n).map(|_| ToolRequest::new("t", json!(null))).collect();
-    let mut cx = Context::from_waker(Waker::noop());
-    let region = Region::new(GLOBAL);
-    for req in reqs {
-        assert!(svc.poll_ready(&mut cx).is_ready());
-        let mut fut = pin!(svc.call(req));
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(r) => assert!(r.is_ok()),
-            Poll::Pending => panic!("bare tool is always ready"),
+    let ((), stats) = measure(|| {
+        for req in reqs {
+            assert!(call_now(svc, req).is_ok());
         }
-    }
-    let stats = region.change();
+    });
     stats.allocations + stats.reallocations
 }
 
@@ -76,18 +49,18 @@ fn timeout_deadline_and_cancel_do_not_allocate_on_success() {
     rt.block_on(async {
         let mut timeout = TimeoutLayer::new(Duration::from_secs(30))
             .soft_threshold(Duration::from_secs(2))
-            .layer(Bare);
-        let mut deadline = DeadlineLayer::new(Duration::from_secs(30)).layer(Bare);
-        let mut cancel = CancelLayer::new().layer(Bare);
+            .layer(BareTool);
+        let mut deadline = DeadlineLayer::new(Duration::from_secs(30)).layer(BareTool);
+        let mut cancel = CancelLayer::new().layer(BareTool);
         let mut all = CancelLayer::new().layer(
             DeadlineLayer::new(Duration::from_secs(30))
-                .layer(TimeoutLayer::new(Duration::from_secs(30)).layer(Bare)),
+                .layer(TimeoutLayer::new(Duration::from_secs(30)).layer(BareTool)),
         );
         // warm up lazily initialised runtime state (timer wheel, thread locals)
         allocations_per_call(&mut all, 10);
 
         assert_eq!(
-            allocations_per_call(&mut Bare, 1000),
+            allocations_per_call(&mut BareTool, 1000),
             0,
             "the baseline must not allocate"
         );

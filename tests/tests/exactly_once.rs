@@ -24,7 +24,8 @@
 //! ```
 //!
 //! (`TOOLSHIELD_CHECKER_FIRST_SEED` picks the first seed; `TOOLSHIELD_CHECKER_REDIS_SEEDS`
-//! the number of Redis runs.) The totals are printed at the end of each test.
+//! the number of Redis runs, `TOOLSHIELD_CHECKER_CLUSTER_SEEDS` the number of runs on a
+//! local Redis Cluster.) The totals are printed at the end of each test.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -597,5 +598,111 @@ fn exactly_once_holds_on_redis_under_pauses_restarts_and_faults() {
         add(&mut all, totals);
     }
     report("redis", runs, &all);
+    assert!(all.faults > 0 && all.cancelled > 0, "{all:?}");
+}
+
+// ----- on a Redis Cluster, in real time, with pauses and a master killed -----
+
+#[test]
+fn exactly_once_holds_on_a_redis_cluster_under_pauses_a_dead_master_and_faults() {
+    use toolshield_redis::testing::{private_cluster, ClusterOptions};
+    use toolshield_redis::{RedisConfig, RedisConnection, RedisIdempotencyStore};
+
+    let range = seeds("TOOLSHIELD_CHECKER_CLUSTER_SEEDS", 2);
+    let runs = range.end - range.start;
+    if runs == 0 {
+        return;
+    }
+    let mut all = Totals::default();
+    for seed in range {
+        // A fresh cluster per seed: the last seconds of each run have a dead master.
+        let test = "exactly_once_holds_on_a_redis_cluster_under_pauses_a_dead_master_and_faults";
+        let Some(mut cluster) = private_cluster(test, ClusterOptions::default()) else {
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let seeds_urls = cluster.seeds();
+        let prefix = toolshield_redis::testing::unique_prefix();
+        // Every key is of the tool `pay`: one hash tag, one slot, one master.
+        let owner = cluster
+            .master_of(&format!("{prefix}idemp:{{pay}}"))
+            .expect("the master of pay's slot");
+        let (checker, chaos_rng) = rt.block_on(async {
+            let plan = FaultPlan::new();
+            faults(&plan, seed, 0.03, Duration::from_millis(150));
+            // Three connections: three processes sharing one cluster.
+            let mut stores: Vec<Arc<dyn IdempotencyStore>> = Vec::new();
+            for _ in 0..3 {
+                let config = RedisConfig::cluster(seeds_urls.clone())
+                    .with_key_prefix(&prefix)
+                    .with_op_timeout(Duration::from_millis(150));
+                let conn = RedisConnection::connect(config)
+                    .await
+                    .expect("redis cluster");
+                stores.push(Arc::new(FaultyStore::new(
+                    Arc::new(RedisIdempotencyStore::new(conn)),
+                    plan.clone(),
+                )));
+            }
+            let lease = Duration::from_millis(900);
+            let run_cfg = Run {
+                seed,
+                keys: 30,
+                calls_per_key: 1..=5,
+                spread: Duration::from_secs(3),
+                scenario: Arc::new(Scenario {
+                    lease,
+                    unit: Duration::from_millis(300),
+                }),
+                config: IdempotencyConfig {
+                    lease,
+                    wait_timeout: Duration::from_secs(2),
+                    poll_interval: Duration::from_millis(20),
+                    max_poll_interval: Duration::from_millis(100),
+                    ..IdempotencyConfig::default()
+                },
+                attempt_timeout: Duration::from_secs(3),
+                caller_patience: Duration::from_secs(3),
+            };
+            let checker = tokio::spawn(run(run_cfg, stores, plan));
+            (checker, fastrand::Rng::with_seed(seed ^ 0xC1A5))
+        });
+        // Chaos: pauses of the master that serves the keys, another master killed, and in
+        // the last second the serving master killed too (no replica: its records are gone
+        // and every later call fails closed; nothing may run twice).
+        let other = cluster
+            .ports()
+            .into_iter()
+            .find(|p| *p != owner)
+            .expect("another master");
+        let cluster_ref = &mut cluster;
+        rt.block_on(async move {
+            let mut chaos = chaos_rng;
+            let started = tokio::time::Instant::now();
+            let mut other_killed = false;
+            while started.elapsed() < Duration::from_secs(3) {
+                sleep(Duration::from_millis(chaos.u64(200..600))).await;
+                if !other_killed && started.elapsed() > Duration::from_secs(1) {
+                    cluster_ref.kill_node(other);
+                    other_killed = true;
+                } else {
+                    cluster_ref.pause_node(owner);
+                    sleep(Duration::from_millis(chaos.u64(100..500))).await;
+                    cluster_ref.resume_node(owner);
+                }
+            }
+            cluster_ref.kill_node(owner);
+        });
+        let totals = rt.block_on(checker).expect("the checker task");
+        if !totals.violations.is_empty() {
+            eprintln!("cluster seed {seed}: {:#?}", totals.violations);
+        }
+        add(&mut all, totals);
+    }
+    report("redis cluster", runs, &all);
     assert!(all.faults > 0 && all.cancelled > 0, "{all:?}");
 }

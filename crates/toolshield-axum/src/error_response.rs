@@ -40,7 +40,7 @@ use crate::status::error_response;
 /// use toolshield_timeout::TimeoutLayer;
 ///
 /// # fn main() -> Result<(), toolshield_core::ConfigError> {
-/// let breaker = BreakerLayer::from_config(BreakerConfig {
+/// let breaker = BreakerLayer::from_config(&BreakerConfig {
 ///     consecutive_failures: 5,
 ///     open_wait: Duration::from_secs(30),
 ///     ..BreakerConfig::default()
@@ -97,6 +97,7 @@ pub struct ToolErrorResponse<S> {
 
 impl<S> ToolErrorResponse<S> {
     /// Wraps `inner`.
+    #[must_use]
     pub fn new(inner: S) -> Self {
         ToolErrorResponse {
             inner,

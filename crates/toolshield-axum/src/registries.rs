@@ -55,6 +55,7 @@ impl fmt::Debug for BreakerRegistries {
 
 impl BreakerRegistries {
     /// No registry.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }

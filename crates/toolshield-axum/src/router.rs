@@ -64,11 +64,13 @@ struct HealthState {
 
 impl ShieldRouter {
     /// A router with no check, no metrics and no admin API.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Adds a check; `Core` failures make `/healthz` answer 503.
+    #[must_use]
     pub fn check(
         mut self,
         name: impl Into<Arc<str>>,
@@ -86,6 +88,7 @@ impl ShieldRouter {
     }
 
     /// Adds a core check with the [`DEFAULT_CHECK_TIMEOUT`].
+    #[must_use]
     pub fn core_check<F, Fut, E>(self, name: impl Into<Arc<str>>, check: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
@@ -97,6 +100,7 @@ impl ShieldRouter {
 
     /// Adds a non-core check (reported, never fails `/healthz`) with the
     /// [`DEFAULT_CHECK_TIMEOUT`].
+    #[must_use]
     pub fn non_core_check<F, Fut, E>(self, name: impl Into<Arc<str>>, check: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
@@ -107,6 +111,7 @@ impl ShieldRouter {
     }
 
     /// Serves `exporter.render()` on `GET /metrics`.
+    #[must_use]
     pub fn metrics(mut self, exporter: PrometheusExporter) -> Self {
         self.exporter = Some(exporter);
         self
@@ -119,6 +124,7 @@ impl ShieldRouter {
     /// (`.breakers(shield.breakers())`), or one [`BreakerRegistry`](toolshield_breaker::BreakerRegistry)
     /// (named [`DEFAULT_REGISTRY`](crate::DEFAULT_REGISTRY)). A second call adds its
     /// registries to those of the first; none is dropped.
+    #[must_use]
     pub fn breakers(mut self, registries: impl Into<BreakerRegistries>) -> Self {
         self.registries.extend(registries.into());
         self
@@ -126,6 +132,7 @@ impl ShieldRouter {
 
     /// Mounts the admin API, guarded by `Authorization: Bearer <token>` (compared in
     /// constant time). An empty token mounts nothing.
+    #[must_use]
     pub fn admin_token(mut self, token: impl AsRef<[u8]>) -> Self {
         let token = token.as_ref();
         self.token = (!token.is_empty()).then(|| Arc::from(token));
@@ -134,6 +141,7 @@ impl ShieldRouter {
 
     /// [`admin_token`](Self::admin_token) from the environment variable `var` (e.g.
     /// [`ADMIN_TOKEN_ENV`]), if set and not empty.
+    #[must_use]
     pub fn admin_token_from_env(self, var: &str) -> Self {
         match std::env::var(var) {
             Ok(token) => self.admin_token(token),

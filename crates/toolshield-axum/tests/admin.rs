@@ -5,13 +5,14 @@
 mod support;
 
 use serde_json::json;
+use toolshield::collectors::BreakerMetrics;
 use toolshield_axum::ShieldRouter;
 use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState, TransitionReason};
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_metrics::{local_prometheus, BreakerMetrics};
+use toolshield_metrics::local_prometheus;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 
-use support::{request, serve};
+use support::{breaker_states, request, serve};
 
 const TOKEN: &str = "s3cret-admin-token";
 
@@ -112,17 +113,7 @@ async fn overrides_show_in_status_metrics_events_and_behaviour() {
     let list = request("GET", format!("{base}/admin/breakers"), Some(TOKEN))
         .await
         .json();
-    let states: Vec<(String, String)> = list["breakers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| {
-            (
-                b["key"].as_str().unwrap().to_owned(),
-                b["state"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let states = breaker_states(&list);
     assert_eq!(
         states,
         [

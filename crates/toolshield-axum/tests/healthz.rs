@@ -13,7 +13,7 @@ use toolshield_breaker::{key_fn, BreakerConfig, BreakerLayer, BreakerRegistry, C
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 use tower::{service_fn, Layer, ServiceExt};
 
-use support::{request, serve};
+use support::{breaker_states, request, serve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthy_is_200_json() {
@@ -187,17 +187,7 @@ async fn healthz_counts_open_breakers_without_naming_their_keys() {
     )
     .await;
     assert_eq!(a.status, 200);
-    let listed: Vec<(String, String)> = a.json()["breakers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| {
-            (
-                b["key"].as_str().unwrap().to_owned(),
-                b["state"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let listed = breaker_states(&a.json());
     assert_eq!(
         listed,
         [

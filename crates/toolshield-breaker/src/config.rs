@@ -35,11 +35,13 @@ pub enum WindowConfig {
 
 impl WindowConfig {
     /// A count window of the last `size` calls.
+    #[must_use]
     pub const fn count(size: u32) -> Self {
         WindowConfig::Count { size }
     }
 
     /// A time window of the last `duration`, cut into `buckets` buckets.
+    #[must_use]
     pub const fn time(duration: Duration, buckets: u32) -> Self {
         WindowConfig::Time { duration, buckets }
     }
@@ -53,7 +55,7 @@ impl Default for WindowConfig {
 
 /// Configuration of every breaker of a [`BreakerRegistry`](crate::BreakerRegistry).
 ///
-/// Defaults (DESIGN §4): trips on 5 consecutive failures, on a failure rate of 50 % of
+/// Defaults: trips on 5 consecutive failures, on a failure rate of 50 % of
 /// the last 100 calls once 20 were recorded, or on a slow-call rate of 100 %; stays open
 /// 30 s; then admits 1 probe, and 1 success closes it.
 ///
@@ -122,7 +124,8 @@ pub struct BreakerConfig {
         serde(with = "toolshield_contract::config::duration")
     )]
     pub idle_ttl: Duration,
-    /// Appends every transition and override to this file as JSON lines.
+    /// Appends every transition and override to this file as JSON lines, from a writer
+    /// thread (see [`BreakerRegistry::log_events_to`](crate::BreakerRegistry::log_events_to)).
     pub events_file: Option<PathBuf>,
 }
 

@@ -2,14 +2,14 @@
 //! callbacks, a JSON-lines file); the counts read for metrics.
 
 use std::fmt;
-use std::fs::File;
-use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-
 use std::time::SystemTime;
 
 use tokio::sync::broadcast;
 use toolshield_contract::time::Rfc3339;
+
+use crate::event_log::{EventLog, NotQueued};
 
 /// The state of a breaker as reported by status, events and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -156,16 +156,19 @@ pub(crate) type Callback = Arc<dyn Fn(&BreakerEvent) + Send + Sync>;
 pub(crate) struct EventHub {
     tx: broadcast::Sender<BreakerEvent>,
     callbacks: RwLock<Vec<Callback>>,
-    file: Mutex<Option<File>>,
+    log: Mutex<Option<EventLog>>,
+    /// Events the file sink dropped because its writer was behind.
+    log_dropped: AtomicU64,
 }
 
 impl EventHub {
-    pub(crate) fn new(file: Option<File>) -> Self {
+    pub(crate) fn new(log: Option<EventLog>) -> Self {
         let (tx, _) = broadcast::channel(1024);
         EventHub {
             tx,
             callbacks: RwLock::new(Vec::new()),
-            file: Mutex::new(file),
+            log: Mutex::new(log),
+            log_dropped: AtomicU64::new(0),
         }
     }
 
@@ -180,8 +183,22 @@ impl EventHub {
             .push(cb);
     }
 
-    pub(crate) fn set_file(&self, file: File) {
-        *self.file.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+    /// Sends every event from now on to `log` (the previous writer finishes its queue).
+    pub(crate) fn set_log(&self, log: EventLog) {
+        *self.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
+    }
+
+    /// Blocks until the file sink has written every event emitted so far.
+    pub(crate) fn flush_log(&self) {
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(log) = log {
+            log.flush();
+        }
+    }
+
+    /// Events the file sink dropped because its writer was behind or gone.
+    pub(crate) fn log_dropped(&self) -> u64 {
+        self.log_dropped.load(Ordering::Relaxed)
     }
 
     /// Delivers one event everywhere. Called with the breaker's transition lock held, so
@@ -208,14 +225,23 @@ impl EventHub {
                 "circuit breaker transition"
             );
         }
-        {
-            let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(f) = file.as_mut() {
-                let line = event.json_line();
-                if let Err(error) = f.write_all(line.as_bytes()).and_then(|()| f.flush()) {
-                    tracing::warn!(target: "toolshield::breaker", %error, "cannot append to the breaker event log");
-                }
-            }
+        // Queued, never written here: this runs under the transition lock.
+        let queued = match &*self.log.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(log) => log.try_send(event.json_line()),
+            None => Ok(()),
+        };
+        if let Err(why) = queued {
+            let dropped = self.log_dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            let why = match why {
+                NotQueued::Full => "the writer is behind",
+                NotQueued::Closed => "the writer stopped",
+            };
+            tracing::warn!(
+                target: "toolshield::breaker",
+                key = %event.key,
+                dropped,
+                "breaker event not written to the event log: {why}"
+            );
         }
         let callbacks = self.callbacks.read().unwrap_or_else(|e| e.into_inner());
         for cb in callbacks.iter() {
@@ -284,4 +310,41 @@ pub struct EvictedCounts {
     /// Their transitions and overrides as `(from, to, count)`, in the order of
     /// [`CircuitState::ALL`]; pairs never seen are left out.
     pub transitions: Vec<(CircuitState, CircuitState, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event() -> BreakerEvent {
+        BreakerEvent {
+            at: SystemTime::UNIX_EPOCH,
+            key: Arc::from("t"),
+            from: CircuitState::Closed,
+            to: CircuitState::Open,
+            reason: TransitionReason::ConsecutiveFailures,
+            shadow: false,
+        }
+    }
+
+    #[test]
+    fn events_past_a_full_log_are_dropped_and_counted_but_still_delivered() {
+        let (log, rx) = EventLog::detached();
+        let hub = EventHub::new(Some(log));
+        let seen = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&seen);
+        hub.add_callback(Arc::new(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }));
+        for _ in 0..crate::event_log::QUEUE + 3 {
+            hub.emit(event());
+        }
+        assert_eq!(hub.log_dropped(), 3);
+        assert_eq!(
+            seen.load(Ordering::Relaxed),
+            crate::event_log::QUEUE as u64 + 3,
+            "the callback sees every event"
+        );
+        drop(rx);
+    }
 }

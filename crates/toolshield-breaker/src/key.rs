@@ -68,6 +68,7 @@ pub struct FixedKey(std::sync::Arc<str>);
 
 impl FixedKey {
     /// Every request goes to the breaker `key`.
+    #[must_use]
     pub fn new(key: impl Into<std::sync::Arc<str>>) -> Self {
         FixedKey(key.into())
     }

@@ -22,6 +22,7 @@ pub struct BreakerLayer<K = ToolKey, C = DefaultClassifier> {
 
 impl BreakerLayer {
     /// A layer over `registry`, keyed by tool name, with the default classifier.
+    #[must_use]
     pub fn new(registry: BreakerRegistry) -> Self {
         BreakerLayer {
             registry,
@@ -31,13 +32,14 @@ impl BreakerLayer {
     }
 
     /// A layer over a new registry built from `config` (every problem reported).
-    pub fn from_config(config: BreakerConfig) -> Result<Self, ConfigError> {
-        Ok(Self::new(BreakerRegistry::new(config)?))
+    pub fn from_config(config: &BreakerConfig) -> Result<Self, ConfigError> {
+        Ok(Self::new(BreakerRegistry::new(config.clone())?))
     }
 }
 
 impl<K, C> BreakerLayer<K, C> {
     /// Keys breakers with `key_fn` instead (see [`key_fn`](crate::key_fn)).
+    #[must_use]
     pub fn key_fn<K2>(self, key_fn: K2) -> BreakerLayer<K2, C> {
         BreakerLayer {
             registry: self.registry,
@@ -48,6 +50,7 @@ impl<K, C> BreakerLayer<K, C> {
 
     /// Classifies results with `classifier` instead. It is cloned into every response
     /// future: keep it cheap to clone (a unit struct, a closure, an `Arc`).
+    #[must_use]
     pub fn classifier<C2>(self, classifier: C2) -> BreakerLayer<K, C2> {
         BreakerLayer {
             registry: self.registry,

@@ -42,7 +42,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = BreakerLayer::from_config(BreakerConfig {
+//! let layer = BreakerLayer::from_config(&BreakerConfig {
 //!     consecutive_failures: 3,
 //!     open_wait: Duration::from_secs(10),
 //!     ..BreakerConfig::default()
@@ -65,6 +65,7 @@
 //! ```
 
 mod config;
+mod event_log;
 mod events;
 mod future;
 mod key;

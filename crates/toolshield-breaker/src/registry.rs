@@ -15,6 +15,7 @@ use toolshield_contract::hash::{FastHashMap, FastState};
 use toolshield_contract::ConfigError;
 
 use crate::config::BreakerConfig;
+use crate::event_log::EventLog;
 use crate::events::{BreakerEvent, CircuitState, EventHub, EvictedCounts, TransitionCount};
 use crate::state::{BreakerState, BreakerStatus, Core, Override};
 
@@ -94,10 +95,10 @@ impl BreakerRegistry {
     /// reported, and an `events_file` that cannot be opened is one of them.
     pub fn new(config: BreakerConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let file = match &config.events_file {
+        let log = match &config.events_file {
             None => None,
-            Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
-                Ok(f) => Some(f),
+            Some(path) => match open_log(path) {
+                Ok(log) => Some(log),
                 Err(e) => {
                     let mut p = Problems::new();
                     p.push(
@@ -109,7 +110,7 @@ impl BreakerRegistry {
                 }
             },
         };
-        Ok(Self::build(config, EventHub::new(file)))
+        Ok(Self::build(config, EventHub::new(log)))
     }
 
     fn build(config: BreakerConfig, events: EventHub) -> Self {
@@ -411,13 +412,25 @@ impl BreakerRegistry {
 
     /// Appends every event from now on to `path` as JSON lines (replacing the file
     /// configured by `events_file`, if any).
+    ///
+    /// A writer thread does the appending: a transition only queues its line (up to 1024
+    /// lines behind; past that, events are dropped, counted in
+    /// [`event_log_dropped`](Self::event_log_dropped) and logged as a warning).
     pub fn log_events_to(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path.as_ref())?;
-        self.inner.core.events.set_file(file);
+        let log = open_log(path.as_ref())?;
+        self.inner.core.events.set_log(log);
         Ok(())
+    }
+
+    /// Blocks until the event file holds every event emitted so far (at shutdown, or
+    /// before reading the file). Returns at once without an event file.
+    pub fn flush_event_log(&self) {
+        self.inner.core.events.flush_log();
+    }
+
+    /// Events not written to the event file because its writer was behind.
+    pub fn event_log_dropped(&self) -> u64 {
+        self.inner.core.events.log_dropped()
     }
 
     /// `circuit_breaker_transitions_total{key,from,to}`: the transitions and overrides of
@@ -463,6 +476,12 @@ impl BreakerRegistry {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Opens `path` for appending and starts its writer thread.
+fn open_log(path: &Path) -> std::io::Result<EventLog> {
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    EventLog::start(file)
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub struct Breaker<S, K = ToolKey, C = DefaultClassifier> {
 
 impl<S, K, C> Breaker<S, K, C> {
     /// Wraps `inner`.
+    #[must_use]
     pub fn new(inner: S, registry: BreakerRegistry, key_fn: K, classifier: C) -> Self {
         Breaker {
             inner,

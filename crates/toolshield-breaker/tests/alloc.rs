@@ -2,21 +2,18 @@
 //! key cached, with keys alternating, and with failures in the window.
 
 use std::alloc::System;
-use std::future::{ready, Future, Ready};
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::future::{ready, Ready};
+use std::task::{Context, Poll};
 
 use serde_json::{json, Value};
-use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_test::alloc::{one_at_a_time, Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::call_now;
 use tower::{Layer, Service};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-/// The allocator counts every thread: the tests of this file measure one at a time.
-static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[derive(Clone)]
 struct Ready2;
@@ -43,18 +40,13 @@ fn run<S>(svc: &mut S, req: &ToolRequest) -> bool
 where
     S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
 {
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(svc.poll_ready(&mut cx).is_ready());
-    let fut = pin!(svc.call(req.clone()));
-    match fut.poll(&mut cx) {
-        Poll::Ready(r) => r.is_ok(),
-        Poll::Pending => panic!("ready service"),
-    }
+    call_now(svc, req.clone()).is_ok()
 }
 
 #[test]
 fn the_closed_path_does_not_allocate() {
-    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    // The allocator counts every thread: the tests of this file measure one at a time.
+    let _one_at_a_time = one_at_a_time();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -117,7 +109,8 @@ fn the_closed_path_does_not_allocate() {
 
 #[test]
 fn a_new_key_on_a_full_registry_does_not_allocate() {
-    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    // The allocator counts every thread: the tests of this file measure one at a time.
+    let _one_at_a_time = one_at_a_time();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

@@ -12,29 +12,21 @@ use toolshield_breaker::{
     BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState, WindowConfig,
 };
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-use tower::{service_fn, util::BoxCloneService, Layer, Service, ServiceExt};
+use toolshield_test::{BoxedTool, FailOnPayload};
+use tower::Layer;
 
-type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
+type Svc = BoxedTool;
 
 /// A breaker layer over a tool that fails when the payload says `"fail"`.
 fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry) {
-    let layer = BreakerLayer::from_config(config).expect("valid config");
+    let layer = BreakerLayer::from_config(&config).expect("valid config");
     let registry = layer.registry().clone();
-    let tool = service_fn(|req: ToolRequest| async move {
-        if req.payload()["r"] == "fail" {
-            Err(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
-        } else {
-            Ok(ToolResponse::new(json!({"ok": true})))
-        }
-    });
-    (BoxCloneService::new(layer.layer(tool)), registry)
+    let tool = FailOnPayload::new("r", ErrorKind::UpstreamUnavailable);
+    (BoxedTool::new(layer.layer(tool)), registry)
 }
 
 async fn call(svc: &mut Svc, key: &str, r: &str) -> Result<ToolResponse, ToolError> {
-    svc.ready()
-        .await?
-        .call(ToolRequest::new(key, json!({ "r": r })))
-        .await
+    toolshield_test::call(svc, ToolRequest::new(key, json!({ "r": r }))).await
 }
 
 #[tokio::test(start_paused = true)]

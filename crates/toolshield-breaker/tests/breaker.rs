@@ -80,7 +80,7 @@ fn req(key: &str, r: &str) -> ToolRequest {
 type Svc = toolshield_breaker::Breaker<Tool>;
 
 fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry, Tool) {
-    let layer = BreakerLayer::from_config(config).expect("valid config");
+    let layer = BreakerLayer::from_config(&config).expect("valid config");
     let tool = Tool::default();
     let registry = layer.registry().clone();
     (layer.layer(tool.clone()), registry, tool)
@@ -722,6 +722,8 @@ async fn the_json_lines_log_holds_every_transition() {
     registry.force_open("t");
     registry.reset("t");
 
+    registry.flush_event_log();
+    assert_eq!(registry.event_log_dropped(), 0);
     let text = std::fs::read_to_string(&path).unwrap();
     let logged: Vec<&str> = text.lines().collect();
     let seen = seen.lock().unwrap().clone();
@@ -801,7 +803,7 @@ fn config_validation_lists_every_problem() {
     ] {
         assert!(fields.contains(&f), "{f} missing from {fields:?}");
     }
-    assert!(BreakerLayer::from_config(bad).is_err());
+    assert!(BreakerLayer::from_config(&bad).is_err());
     assert!(BreakerConfig::default().validate().is_ok());
 
     let unknown = serde_json::from_str::<BreakerConfig>(r#"{"treshold": 5}"#);

@@ -1,6 +1,5 @@
 //! Configuration of the cache layer.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -21,100 +20,80 @@ pub struct ToolCacheConfig {
     pub per_user: Option<bool>,
 }
 
-/// Configuration of the cache layer. Caching is off (TTL 0) unless a TTL is set, for
-/// every tool (`default_ttl`) or per tool (`tools`).
+/// The cache policy of one layer, and so of one tool: the facade builds one cache layer
+/// per tool from its section. Caching is off (TTL 0) unless a TTL is set.
 ///
 /// ```
 /// use std::time::Duration;
 /// use toolshield_cache::CacheConfig;
 ///
-/// let cfg: CacheConfig = serde_json::from_str(r#"{
-///     "stale_if_error": "5m",
-///     "tools": {"weather": {"ttl": "10m"}, "profile": {"ttl": "1m", "per_user": true}}
-/// }"#).unwrap();
+/// let cfg: CacheConfig =
+///     serde_json::from_str(r#"{"ttl": "10m", "stale_if_error": "5m", "per_user": true}"#).unwrap();
 /// cfg.validate().unwrap();
-/// assert_eq!(cfg.policy_for("weather").ttl, Duration::from_secs(600));
-/// assert!(cfg.policy_for("profile").per_user);
-/// assert!(cfg.policy_for("other").ttl.is_zero());
+/// assert_eq!(cfg.ttl, Duration::from_secs(600));
+/// assert_eq!(CacheConfig::default().with_ttl(Duration::from_secs(60)).ttl, Duration::from_secs(60));
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
-    /// The TTL of tools without their own; zero (the default) means off.
+    /// How long a result is fresh; zero (the default) means off.
     #[serde(with = "duration")]
-    pub default_ttl: Duration,
+    pub ttl: Duration,
     /// How long past its TTL an entry may still be served, marked `stale`, when the tool
     /// fails or its circuit is open; zero (the default) means off.
     #[serde(with = "duration")]
     pub stale_if_error: Duration,
-    /// Namespace every key by caller id (else only per-user tools and requests tagged
+    /// Namespace every key by caller id (else only requests tagged
     /// [`PerUser`](crate::PerUser)).
     pub per_user: bool,
-    /// Per-tool settings.
-    pub tools: HashMap<String, ToolCacheConfig>,
 }
 
-/// The settings that apply to one tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CachePolicy {
-    /// Fresh TTL; zero = off.
-    pub ttl: Duration,
-    /// Stale-if-error grace; zero = off.
-    pub stale_if_error: Duration,
-    /// Whether keys are namespaced by caller.
-    pub per_user: bool,
+impl From<&ToolCacheConfig> for CacheConfig {
+    /// A section's settings, unset ones at their defaults (no grace, shared results).
+    fn from(section: &ToolCacheConfig) -> Self {
+        CacheConfig {
+            ttl: section.ttl,
+            stale_if_error: section.stale_if_error.unwrap_or_default(),
+            per_user: section.per_user.unwrap_or(false),
+        }
+    }
 }
 
 impl CacheConfig {
-    /// Sets the TTL of `tool` (builder style).
-    pub fn with_ttl(mut self, tool: impl Into<String>, ttl: Duration) -> Self {
-        self.tools.entry(tool.into()).or_default().ttl = ttl;
+    /// The same policy with a fresh TTL of `ttl`.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
         self
     }
 
-    /// Sets the layer-wide stale-if-error grace (builder style).
+    /// The same policy with a stale-if-error grace of `grace`.
+    #[must_use]
     pub fn with_stale_if_error(mut self, grace: Duration) -> Self {
         self.stale_if_error = grace;
         self
     }
 
-    /// The settings for `tool`.
-    pub fn policy_for(&self, tool: &str) -> CachePolicy {
-        match self.tools.get(tool) {
-            Some(t) => CachePolicy {
-                ttl: t.ttl,
-                stale_if_error: t.stale_if_error.unwrap_or(self.stale_if_error),
-                per_user: t.per_user.unwrap_or(self.per_user),
-            },
-            None => self.default_policy(),
-        }
+    /// The same policy, results per caller (or not).
+    #[must_use]
+    pub fn with_per_user(mut self, per_user: bool) -> Self {
+        self.per_user = per_user;
+        self
     }
 
-    /// The settings of a tool without its own section.
-    pub(crate) fn default_policy(&self) -> CachePolicy {
-        CachePolicy {
-            ttl: self.default_ttl,
-            stale_if_error: self.stale_if_error,
-            per_user: self.per_user,
-        }
-    }
-
-    /// Every problem at once (TTLs and graces at most
-    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION), tool names not empty).
+    /// Every problem: each duration at most
+    /// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
-        p.check_duration(self.default_ttl, "default_ttl");
+        p.check_duration(self.ttl, "ttl");
         p.check_duration(self.stale_if_error, "stale_if_error");
-        let mut names: Vec<&String> = self.tools.keys().collect();
-        names.sort();
-        for name in names {
-            let t = &self.tools[name];
-            p.check(!name.is_empty(), "tools", "tool name must not be empty");
-            p.check_duration(t.ttl, format!("tools.{name}.ttl"));
-            if let Some(g) = t.stale_if_error {
-                p.check_duration(g, format!("tools.{name}.stale_if_error"));
-            }
-        }
         p.into_result()
+    }
+}
+
+impl ToolCacheConfig {
+    /// Every problem of a section.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        CacheConfig::from(self).validate()
     }
 }

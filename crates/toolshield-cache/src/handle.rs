@@ -2,12 +2,9 @@
 
 use std::sync::Arc;
 
+use toolshield_core::ToolError;
 use toolshield_store::Counter;
 
-use toolshield_core::hash::FastHashMap;
-use toolshield_core::ToolError;
-
-use crate::config::{CacheConfig, CachePolicy};
 use crate::flight::Flights;
 use crate::store::CacheStore;
 
@@ -37,23 +34,12 @@ pub struct CacheCounts {
     pub store_errors: u64,
 }
 
+/// What every layer sharing a store shares: the store, the single-flight table, the
+/// counters. Each layer adds its own policy.
 pub(crate) struct Shared {
-    pub(crate) config: CacheConfig,
-    /// Each configured tool's policy, resolved once (the call path looks it up by name).
-    pub(crate) policies: FastHashMap<Box<str>, CachePolicy>,
     pub(crate) store: Arc<dyn CacheStore>,
     pub(crate) flights: Flights,
     pub(crate) counters: Counters,
-}
-
-impl Shared {
-    /// The policy of `tool`: its own, resolved when the layer was built, or the defaults.
-    pub(crate) fn policy_for(&self, tool: &str) -> CachePolicy {
-        match self.policies.get(tool) {
-            Some(policy) => *policy,
-            None => self.config.default_policy(),
-        }
-    }
 }
 
 /// A handle on a cache layer: counters and invalidation. Cheap to clone.

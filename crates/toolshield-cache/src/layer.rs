@@ -12,19 +12,23 @@ use crate::memory::InMemoryCacheStore;
 use crate::service::Cache;
 use crate::store::CacheStore;
 
-/// Caches the results of `ReadOnly` calls; other calls pass through untouched.
+/// Caches the results of `ReadOnly` calls under one policy ([`CacheConfig`]); other
+/// calls pass through untouched.
 ///
-/// Every service the layer builds shares one store, one single-flight table and one set
-/// of counters.
+/// The layers made from one another with [`with_config`](Self::with_config) share one
+/// store, one single-flight table and one set of counters, each with its own policy: the
+/// facade builds one per tool, so a call finds its policy in the layer that wraps its tool,
+/// never by looking its name up.
 #[derive(Clone)]
 pub struct CacheLayer {
     pub(crate) shared: Arc<Shared>,
+    pub(crate) config: CacheConfig,
 }
 
 impl std::fmt::Debug for CacheLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CacheLayer")
-            .field("config", &self.shared.config)
+            .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
@@ -43,16 +47,21 @@ impl CacheLayer {
         config.validate()?;
         Ok(CacheLayer {
             shared: Arc::new(Shared {
-                policies: config
-                    .tools
-                    .keys()
-                    .map(|tool| (Box::from(tool.as_str()), config.policy_for(tool)))
-                    .collect(),
-                config,
                 store,
                 flights: Flights::default(),
                 counters: Counters::default(),
             }),
+            config,
+        })
+    }
+
+    /// A layer with another policy sharing this one's store, single-flight table and
+    /// counters (the cache of another tool).
+    pub fn with_config(&self, config: CacheConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(CacheLayer {
+            shared: Arc::clone(&self.shared),
+            config,
         })
     }
 
@@ -63,9 +72,9 @@ impl CacheLayer {
         }
     }
 
-    /// The configuration.
+    /// The policy.
     pub fn config(&self) -> &CacheConfig {
-        &self.shared.config
+        &self.config
     }
 }
 

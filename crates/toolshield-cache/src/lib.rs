@@ -32,7 +32,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = CacheLayer::new(CacheConfig::default().with_ttl("weather", Duration::from_secs(600)))?;
+//! let layer = CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(600)))?;
 //! let handle = layer.handle();
 //! let mut svc = ServiceBuilder::new().layer(layer).service(service_fn(|_req: ToolRequest| async {
 //!     Ok::<_, ToolError>(ToolResponse::new(json!({"temp": 21})))
@@ -59,7 +59,7 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use config::{CacheConfig, CachePolicy, ToolCacheConfig};
+pub use config::{CacheConfig, ToolCacheConfig};
 pub use future::ResponseFuture;
 pub use handle::{CacheCounts, CacheHandle};
 pub use layer::CacheLayer;

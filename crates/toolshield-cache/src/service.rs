@@ -8,7 +8,7 @@ use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
-use crate::config::CachePolicy;
+use crate::config::CacheConfig;
 use crate::flight::Join;
 use crate::future::ResponseFuture;
 use crate::handle::Shared;
@@ -54,7 +54,7 @@ pub fn storage_key(tool: &str, caller: Option<&str>, digest: &Digest) -> String 
 pub type Cache<S> = StoreService<S, CacheLayer>;
 
 /// The storage key of `req` under `policy`, or `None` when the request is not cached.
-pub(crate) fn key_for(req: &ToolRequest, policy: &CachePolicy) -> Option<String> {
+pub(crate) fn key_for(req: &ToolRequest, policy: &CacheConfig) -> Option<String> {
     if !req.call_kind().is_cacheable() || policy.ttl.is_zero() {
         return None;
     }
@@ -82,7 +82,7 @@ impl StorePath<ToolRequest> for CacheLayer {
         if !req.call_kind().is_cacheable() {
             return ResponseFuture::passthrough(inner.call(req));
         }
-        let policy = self.shared.policy_for(req.settings_name());
+        let policy = self.config;
         let Some(key) = key_for(&req, &policy) else {
             return ResponseFuture::passthrough(inner.call(req));
         };
@@ -113,7 +113,7 @@ async fn run<S>(
     svc: S,
     req: ToolRequest,
     key: String,
-    policy: CachePolicy,
+    policy: CacheConfig,
 ) -> Result<ToolResponse, ToolError>
 where
     S: Service<ToolRequest, Response = ToolResponse>,

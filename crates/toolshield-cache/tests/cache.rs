@@ -9,28 +9,10 @@ use serde_json::{json, Value};
 use tokio::time::{advance, sleep};
 use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, PerUser};
 use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
-use tower::util::BoxCloneService;
+use toolshield_test::{counting_tool, BoxedTool};
 use tower::{service_fn, Layer, ServiceExt};
 
-type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
-
-/// A tool that counts its calls, takes `delay`, and answers with `answer(call number)`.
-fn tool<F>(calls: &Arc<AtomicUsize>, delay: Duration, answer: F) -> Svc
-where
-    F: Fn(usize) -> Result<ToolResponse, ToolError> + Clone + Send + Sync + 'static,
-{
-    let calls = Arc::clone(calls);
-    BoxCloneService::new(service_fn(move |_req: ToolRequest| {
-        let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-        let answer = answer.clone();
-        async move {
-            if !delay.is_zero() {
-                sleep(delay).await;
-            }
-            answer(n)
-        }
-    }))
-}
+type Svc = BoxedTool;
 
 fn ok_n(n: usize) -> Result<ToolResponse, ToolError> {
     Ok(ToolResponse::new(json!({ "n": n })))
@@ -43,7 +25,7 @@ fn weather() -> ToolRequest {
 
 fn layer(ttl: Duration, grace: Duration) -> (CacheLayer, CacheHandle) {
     let cfg = CacheConfig::default()
-        .with_ttl("weather", ttl)
+        .with_ttl(ttl)
         .with_stale_if_error(grace);
     let layer = CacheLayer::new(cfg).expect("valid config");
     let handle = layer.handle();
@@ -61,7 +43,7 @@ fn n_of(r: &ToolResponse) -> Value {
 #[tokio::test(start_paused = true)]
 async fn miss_then_hit_runs_the_tool_once() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, handle) = layer(Duration::from_secs(60), Duration::ZERO);
 
     let first = call(&svc, &layer, weather()).await.expect("miss");
@@ -84,7 +66,7 @@ async fn hit_keeps_the_original_fetched_at() {
         .with_ymd_and_hms(2025, 1, 15, 12, 0, 0)
         .single()
         .expect("date");
-    let svc = tool(&calls, Duration::ZERO, move |n| {
+    let svc = counting_tool(&calls, Duration::ZERO, move |n| {
         let mut r = ToolResponse::new(json!({ "n": n }));
         r.provenance.fetched_at = Some(at);
         Ok(r)
@@ -104,7 +86,7 @@ async fn hit_keeps_the_original_fetched_at() {
 #[tokio::test(start_paused = true)]
 async fn miss_stamps_fetched_at_and_hit_returns_it() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
     let first = call(&svc, &layer, weather()).await.expect("miss");
     let stamped = first
@@ -118,7 +100,7 @@ async fn miss_stamps_fetched_at_and_hit_returns_it() {
 #[tokio::test(start_paused = true)]
 async fn entries_expire_after_their_ttl() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
     call(&svc, &layer, weather()).await.expect("miss");
     advance(Duration::from_secs(59)).await;
@@ -141,7 +123,7 @@ async fn entries_expire_after_their_ttl() {
 #[tokio::test(start_paused = true)]
 async fn ttl_zero_turns_caching_off() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, handle) = layer(Duration::ZERO, Duration::ZERO);
     for _ in 0..3 {
         let r = call(&svc, &layer, weather()).await.expect("ok");
@@ -158,7 +140,7 @@ async fn ttl_zero_turns_caching_off() {
 #[tokio::test(start_paused = true)]
 async fn only_read_only_calls_are_cached() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
     for kind in [CallKind::Mutating, CallKind::Idempotent] {
         let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(kind);
@@ -172,7 +154,7 @@ async fn only_read_only_calls_are_cached() {
 #[tokio::test(start_paused = true)]
 async fn errors_are_never_cached() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, |n| {
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
         if n == 1 {
             Err(ToolError::new(ErrorKind::UpstreamUnavailable, "503"))
         } else if n == 2 {
@@ -200,7 +182,7 @@ async fn errors_are_never_cached() {
 #[tokio::test(start_paused = true)]
 async fn stale_if_error_within_the_grace_then_not_after() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, |n| {
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
         if n == 1 {
             ok_n(n)
         } else {
@@ -233,7 +215,7 @@ async fn stale_if_error_within_the_grace_then_not_after() {
 #[tokio::test(start_paused = true)]
 async fn stale_if_error_serves_during_an_open_circuit_but_not_on_invalid_input() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, |n| match n {
+    let svc = counting_tool(&calls, Duration::ZERO, |n| match n {
         1 => ok_n(n),
         2 => Err(ToolError::new(
             ErrorKind::CircuitOpen,
@@ -257,7 +239,7 @@ async fn stale_if_error_serves_during_an_open_circuit_but_not_on_invalid_input()
 #[tokio::test(start_paused = true)]
 async fn single_flight_100_concurrent_misses_run_once() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(1), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(1), ok_n);
     let (layer, handle) = layer(Duration::from_secs(60), Duration::ZERO);
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..100 {
@@ -278,7 +260,7 @@ async fn single_flight_100_concurrent_misses_run_once() {
 #[tokio::test(start_paused = true)]
 async fn single_flight_errors_are_shared_but_not_cached() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(1), |n| {
+    let svc = counting_tool(&calls, Duration::from_secs(1), |n| {
         if n == 1 {
             Err(ToolError::new(ErrorKind::Timeout, "slow"))
         } else {
@@ -304,7 +286,7 @@ async fn single_flight_errors_are_shared_but_not_cached() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_takes_over_when_the_leader_is_cancelled() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(5), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(5), ok_n);
     let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
     let leader = tokio::spawn(layer.layer(svc.clone()).oneshot(weather()));
     sleep(Duration::from_millis(10)).await;
@@ -333,7 +315,7 @@ async fn a_waiter_takes_over_when_the_leader_is_cancelled() {
 #[tokio::test(start_paused = true)]
 async fn per_user_requests_are_namespaced_by_caller() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
     let alice = weather().caller("alice").extension(PerUser);
     let bob = weather().caller("bob").extension(PerUser);
@@ -363,11 +345,10 @@ async fn per_user_requests_are_namespaced_by_caller() {
 
 #[test]
 fn config_is_validated_and_strict() {
-    let bad: Result<CacheConfig, _> = serde_json::from_str(r#"{"default_tll": "1s"}"#);
+    let bad: Result<CacheConfig, _> = serde_json::from_str(r#"{"tll": "1s"}"#);
     assert!(bad.is_err(), "unknown fields are rejected");
     let cfg: CacheConfig =
-        serde_json::from_str(r#"{"default_ttl": "400d", "tools": {"w": {"ttl": "500d"}}}"#)
-            .expect("parses");
+        serde_json::from_str(r#"{"ttl": "400d", "stale_if_error": "500d"}"#).expect("parses");
     let err = cfg.validate().expect_err("too long");
     assert_eq!(err.problems().len(), 2, "every problem is listed: {err}");
     assert!(CacheLayer::new(cfg).is_err());
@@ -377,7 +358,7 @@ fn config_is_validated_and_strict() {
 /// until it is cancelled (then answers `CANCELLED`), later calls take a second.
 fn honouring_tool(calls: &Arc<AtomicUsize>) -> Svc {
     let calls = Arc::clone(calls);
-    BoxCloneService::new(service_fn(move |req: ToolRequest| {
+    BoxedTool::new(service_fn(move |req: ToolRequest| {
         let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
         let token = req.attempt_token().clone();
         async move {
@@ -461,7 +442,7 @@ async fn a_dropped_leader_future_hands_over_to_a_follower() {
 /// A layer that caches every tool for a minute, namespaced by caller.
 fn per_user_layer() -> CacheLayer {
     CacheLayer::new(CacheConfig {
-        default_ttl: Duration::from_secs(60),
+        ttl: Duration::from_secs(60),
         per_user: true,
         ..CacheConfig::default()
     })
@@ -471,7 +452,7 @@ fn per_user_layer() -> CacheLayer {
 #[tokio::test(start_paused = true)]
 async fn tool_and_caller_pairs_that_spelled_one_key_do_not_share_an_entry() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let layer = per_user_layer();
     let payload = json!({"account": "me"});
     // Once both were `cache:{a}:b}:c/<digest>`.
@@ -500,7 +481,7 @@ async fn tool_and_caller_pairs_that_spelled_one_key_do_not_share_an_entry() {
 #[tokio::test(start_paused = true)]
 async fn a_call_without_a_caller_never_hits_a_callers_entry() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let layer = per_user_layer();
     let alice = weather().caller("alice");
     call(&svc, &layer, alice.clone()).await.expect("alice");

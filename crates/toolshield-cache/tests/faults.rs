@@ -145,11 +145,8 @@ fn counting_tool(
 }
 
 fn layer_over(store: FaultyCacheStore<InMemoryCacheStore>) -> (CacheLayer, CacheHandle) {
-    let layer = CacheLayer::with_store(
-        CacheConfig::default().with_ttl("weather", TTL),
-        Arc::new(store),
-    )
-    .expect("valid config");
+    let layer = CacheLayer::with_store(CacheConfig::default().with_ttl(TTL), Arc::new(store))
+        .expect("valid config");
     let handle = layer.handle();
     (layer, handle)
 }

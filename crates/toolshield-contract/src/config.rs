@@ -26,6 +26,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     /// An error with one problem.
+    #[must_use]
     pub fn single(field: impl Into<String>, message: impl fmt::Display) -> Self {
         ConfigError {
             problems: vec![ConfigProblem {
@@ -41,6 +42,7 @@ impl ConfigError {
     }
 
     /// Prefixes every field path with `prefix.` (to nest a layer's config in a larger one).
+    #[must_use]
     pub fn prefixed(mut self, prefix: &str) -> Self {
         if prefix.is_empty() {
             return self;
@@ -93,6 +95,7 @@ pub struct Problems {
 
 impl Problems {
     /// No problems yet.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 /// The closed set of canonical error codes.
 ///
 /// Each kind has a stable string ([`ErrorKind::code`]) that appears in metrics, logs,
-/// the [`ToolResult`](crate::ToolResult) envelope and the admin API, and knows whether
+/// the `toolshield_core::ToolResult` envelope and the admin API, and knows whether
 /// it may be retried ([`ErrorKind::is_retriable`]) and whether it counts as a failure
 /// for a circuit breaker ([`ErrorKind::counts_for_breaker`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,6 +172,7 @@ pub struct ToolError {
 
 impl ToolError {
     /// An error of `kind` with a short lowercase message.
+    #[must_use]
     pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
         ToolError {
             kind,
@@ -184,21 +185,25 @@ impl ToolError {
     }
 
     /// `TIMEOUT`.
+    #[must_use]
     pub fn timeout(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(ErrorKind::Timeout, message)
     }
 
     /// `CANCELLED`.
+    #[must_use]
     pub fn cancelled(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(ErrorKind::Cancelled, message)
     }
 
     /// `INVALID_INPUT`.
+    #[must_use]
     pub fn invalid_input(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(ErrorKind::InvalidInput, message)
     }
 
     /// `RATE_LIMITED`, with the wait the tool asked for, if it said.
+    #[must_use]
     pub fn rate_limited(
         message: impl Into<Cow<'static, str>>,
         retry_after: Option<Duration>,
@@ -209,16 +214,19 @@ impl ToolError {
     }
 
     /// `EXECUTION_FAILED`.
+    #[must_use]
     pub fn execution_failed(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(ErrorKind::ExecutionFailed, message)
     }
 
     /// `INTERNAL`.
+    #[must_use]
     pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(ErrorKind::Internal, message)
     }
 
     /// Wraps another error as `kind`, keeping it as the [`source`](StdError::source).
+    #[must_use]
     pub fn from_source<E>(kind: ErrorKind, source: E) -> Self
     where
         E: StdError + Send + Sync + 'static,
@@ -228,6 +236,7 @@ impl ToolError {
     }
 
     /// Sets the source error.
+    #[must_use]
     pub fn with_source<E>(mut self, source: E) -> Self
     where
         E: StdError + Send + Sync + 'static,
@@ -237,6 +246,7 @@ impl ToolError {
     }
 
     /// Sets how long the caller should wait before calling again.
+    #[must_use]
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
         self.retry_after = Some(retry_after);
         self
@@ -248,12 +258,14 @@ impl ToolError {
     }
 
     /// Records how many attempts were made before this error was returned.
+    #[must_use]
     pub fn with_attempts(mut self, attempts: u32) -> Self {
         self.attempts = attempts;
         self
     }
 
     /// Records how long the call ran before this error was returned.
+    #[must_use]
     pub fn with_elapsed(mut self, elapsed: Duration) -> Self {
         self.elapsed = Some(elapsed);
         self

@@ -35,6 +35,7 @@ pub struct HttpRoute(Arc<str>);
 
 impl HttpRoute {
     /// A route template.
+    #[must_use]
     pub fn new(route: impl Into<Arc<str>>) -> Self {
         HttpRoute(route.into())
     }

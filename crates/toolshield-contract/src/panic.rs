@@ -208,6 +208,7 @@ pub struct CatchPanic<S, H = IgnorePanicText> {
 
 impl<S> CatchPanic<S> {
     /// Wraps `inner`; the panic text is dropped.
+    #[must_use]
     pub fn new(inner: S) -> Self {
         CatchPanicLayer::new().layer(inner)
     }

@@ -47,11 +47,13 @@ impl Default for CallState {
 
 impl CallState {
     /// Fresh state: new tokens, no deadline, attempt 1, no kind override.
+    #[must_use]
     pub fn new() -> Self {
         Self::with_tokens(CallTokens::new())
     }
 
     /// Fresh state around existing tokens.
+    #[must_use]
     pub fn with_tokens(tokens: CallTokens) -> Self {
         CallState {
             tokens,

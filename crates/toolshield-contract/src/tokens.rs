@@ -22,17 +22,20 @@ pub struct CallTokens(Arc<Tokens>);
 
 impl CallTokens {
     /// A fresh call token and its first attempt token.
+    #[must_use]
     pub fn new() -> Self {
         Self::with_call(CancellationToken::new())
     }
 
     /// Uses the caller's `call` token; the attempt token is a new child of it.
+    #[must_use]
     pub fn with_call(call: CancellationToken) -> Self {
         let attempt = call.child_token();
         CallTokens(Arc::new(Tokens { call, attempt }))
     }
 
     /// Wraps tokens a request type keeps elsewhere (`attempt` should be a child of `call`).
+    #[must_use]
     pub fn from_parts(call: CancellationToken, attempt: CancellationToken) -> Self {
         CallTokens(Arc::new(Tokens { call, attempt }))
     }

@@ -17,13 +17,11 @@ pub struct CallMeta<'a> {
     pub trace_id: Option<&'a str>,
     /// The agent run the call belongs to.
     pub run_id: Option<&'a str>,
-    /// The name metrics count the call under when it is not the call's own name (every
-    /// tool of one MCP server under the server's name).
-    pub group: Option<&'a str>,
 }
 
 impl<'a> CallMeta<'a> {
     /// The ids of a call (each may be absent).
+    #[must_use]
     pub fn new(
         caller: Option<&'a str>,
         trace_id: Option<&'a str>,
@@ -33,15 +31,7 @@ impl<'a> CallMeta<'a> {
             caller,
             trace_id,
             run_id,
-            group: None,
         }
-    }
-
-    /// The same ids, counted under `group`.
-    #[must_use]
-    pub fn with_group(mut self, group: Option<&'a str>) -> Self {
-        self.group = group;
-        self
     }
 }
 

@@ -69,8 +69,8 @@ impl From<ToolResponse> for ToolResult {
         ToolResult {
             status: ToolStatus::Success,
             duration_ms: res.provenance.duration_ms.unwrap_or(0),
-            // A replayed idempotent result is served from a store too (seed 001's
-            // "duplicate sequential request returns the cached result, fromCache=true").
+            // A replayed idempotent result is served from a store too: a duplicate
+            // sequential request returns the stored result with `fromCache: true`.
             from_cache: res.provenance.cache_hit || res.provenance.replayed,
             data: Some(res.output),
             error: None,

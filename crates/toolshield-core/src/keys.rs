@@ -97,8 +97,7 @@ pub fn check_tool_name(name: &str) -> Option<String> {
         .find(|c| matches!(c, '{' | '}') || c.is_control())
     {
         return Some(format!(
-            "a tool name must not contain {:?} (braces and control characters are reserved)",
-            c
+            "a tool name must not contain {c:?} (braces and control characters are reserved)"
         ));
     }
     None

@@ -76,13 +76,12 @@ pub struct ToolRequest {
     state: CallState,
     idempotency_key: Option<Arc<str>>,
     execution_id: Uuid,
-    // The configuration section that governs the call when it is not the tool's own.
-    section: Option<Arc<str>>,
     extensions: Extensions,
 }
 
 impl ToolRequest {
     /// A call of `tool` with `payload`, of kind [`CallKind::Mutating`] until told otherwise.
+    #[must_use]
     pub fn new(tool: impl Into<Arc<str>>, payload: Value) -> Self {
         ToolRequest {
             shared: Arc::new(Shared {
@@ -101,7 +100,6 @@ impl ToolRequest {
             state: CallState::new(),
             idempotency_key: None,
             execution_id: Uuid::new_v4(),
-            section: None,
             extensions: Extensions::new(),
         }
     }
@@ -109,48 +107,56 @@ impl ToolRequest {
     // ----- builder -----
 
     /// Sets the side-effect class.
+    #[must_use]
     pub fn kind(mut self, kind: CallKind) -> Self {
         self.state.set_kind(Some(kind));
         self
     }
 
     /// Sets the caller id.
+    #[must_use]
     pub fn caller(mut self, caller_id: impl Into<Arc<str>>) -> Self {
         Arc::make_mut(&mut self.shared).meta.caller_id = Some(caller_id.into());
         self
     }
 
     /// Sets the trace id.
+    #[must_use]
     pub fn trace_id(mut self, trace_id: impl Into<Arc<str>>) -> Self {
         Arc::make_mut(&mut self.shared).meta.trace_id = Some(trace_id.into());
         self
     }
 
     /// Sets the run id.
+    #[must_use]
     pub fn run_id(mut self, run_id: impl Into<Arc<str>>) -> Self {
         Arc::make_mut(&mut self.shared).meta.run_id = Some(run_id.into());
         self
     }
 
     /// Sets the idempotency key (for `Mutating` calls: what makes them safe to retry).
+    #[must_use]
     pub fn idempotency_key(mut self, key: impl Into<Arc<str>>) -> Self {
         self.idempotency_key = Some(key.into());
         self
     }
 
     /// Uses the caller's cancellation token; the tool will see a child of it.
+    #[must_use]
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
         self.state.set_tokens(CallTokens::with_call(token));
         self
     }
 
     /// Sets a deadline for the whole call.
+    #[must_use]
     pub fn deadline(mut self, deadline: Instant) -> Self {
         self.state.replace_deadline(Some(deadline));
         self
     }
 
     /// Adds a typed extension.
+    #[must_use]
     pub fn extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
         self
@@ -166,21 +172,6 @@ impl ToolRequest {
     /// The tool name, shared.
     pub fn tool_arc(&self) -> &Arc<str> {
         &self.shared.tool
-    }
-
-    /// The name of the configuration section that governs this call: the tool name,
-    /// unless the call was routed to a whole server (an MCP-style `server__tool` call
-    /// registered with `RouterBuilder::server`), whose section is the server's. Layers
-    /// shared by every tool (cache policy, schema, metrics label) look settings up by
-    /// this name; keys (cache, idempotency, breaker) keep the full tool name.
-    pub fn settings_name(&self) -> &str {
-        self.section.as_deref().unwrap_or(&self.shared.tool)
-    }
-
-    /// Names the configuration section that governs this call (see
-    /// [`settings_name`](Self::settings_name)).
-    pub fn set_settings_name(&mut self, section: Arc<str>) {
-        self.section = Some(section);
     }
 
     /// The payload (the tool's arguments).
@@ -321,7 +312,7 @@ impl ToolRequest {
             .clone()
     }
 
-    /// `{tool}:{payload digest}`, the cache key of DESIGN §4.
+    /// `{tool}:{payload digest}`, the cache key (docs/cache.md).
     pub fn cache_key(&self) -> Result<String, ToolError> {
         Ok(cache_key_from_digest(self.tool(), &self.payload_digest()?))
     }
@@ -341,7 +332,6 @@ impl Clone for ToolRequest {
             state: self.state.clone(),
             idempotency_key: self.idempotency_key.clone(),
             execution_id: self.execution_id,
-            section: self.section.clone(),
             extensions: self.extensions.clone(),
         }
     }
@@ -386,7 +376,6 @@ impl ShieldRequest for ToolRequest {
             meta.trace_id.as_deref(),
             meta.run_id.as_deref(),
         )
-        .with_group(self.section.as_deref())
     }
     fn begin_attempt(&mut self, attempt: u32) {
         ToolRequest::begin_attempt(self, attempt);

@@ -64,6 +64,7 @@ pub struct ToolResponse {
 
 impl ToolResponse {
     /// A response with `output` and empty provenance.
+    #[must_use]
     pub fn new(output: Value) -> Self {
         ToolResponse {
             output,

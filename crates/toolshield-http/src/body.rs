@@ -54,25 +54,29 @@ where
 
 /// Buffers each request's body (up to a limit) before the inner service sees it, so the
 /// layers inside (retry above all) can clone the request.
+///
+/// Not tower's `Buffer`, which queues requests in front of a service shared by many
+/// callers: this one collects bodies. The two combine.
 #[derive(Debug, Clone, Copy)]
-pub struct BufferLayer {
+pub struct BufferBodyLayer {
     limit: usize,
 }
 
-impl BufferLayer {
+impl BufferBodyLayer {
     /// Buffers bodies of up to `limit` bytes; a larger body fails with `INVALID_INPUT`.
+    #[must_use]
     pub fn new(limit: usize) -> Self {
-        BufferLayer { limit }
+        BufferBodyLayer { limit }
     }
 }
 
-impl Default for BufferLayer {
+impl Default for BufferBodyLayer {
     fn default() -> Self {
         Self::new(DEFAULT_BODY_LIMIT)
     }
 }
 
-impl<S> Layer<S> for BufferLayer {
+impl<S> Layer<S> for BufferBodyLayer {
     type Service = BufferBody<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -83,7 +87,7 @@ impl<S> Layer<S> for BufferLayer {
     }
 }
 
-/// The service of [`BufferLayer`].
+/// The service of [`BufferBodyLayer`].
 #[derive(Debug, Clone)]
 pub struct BufferBody<S> {
     inner: S,
@@ -116,7 +120,7 @@ where
 {
     type Response = S::Response;
     type Error = ToolError;
-    type Future = BufferFuture<S, B>;
+    type Future = BufferBodyFuture<S, B>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -126,7 +130,7 @@ where
         let clone = self.inner.clone();
         let service = std::mem::replace(&mut self.inner, clone);
         let (parts, body) = req.into_parts();
-        BufferFuture {
+        BufferBodyFuture {
             state: State::Collecting {
                 collect: Limited::new(body, self.limit).collect(),
                 parts: Some(parts),
@@ -139,7 +143,7 @@ where
 
 pin_project! {
     /// The future of [`BufferBody`]: collects the body, then calls the inner service.
-    pub struct BufferFuture<S, B>
+    pub struct BufferBodyFuture<S, B>
     where
         S: Service<BufferedRequest>,
         B: Body,
@@ -172,7 +176,7 @@ pin_project! {
     }
 }
 
-impl<S, B> Future for BufferFuture<S, B>
+impl<S, B> Future for BufferBodyFuture<S, B>
 where
     S: Service<BufferedRequest>,
     S::Error: Into<ToolError>,

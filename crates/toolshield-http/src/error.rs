@@ -118,6 +118,7 @@ pub struct HttpErrorLayer;
 
 impl HttpErrorLayer {
     /// The layer.
+    #[must_use]
     pub fn new() -> Self {
         HttpErrorLayer
     }
@@ -139,6 +140,7 @@ pub struct HttpErrors<S> {
 
 impl<S> HttpErrors<S> {
     /// Wraps `inner`.
+    #[must_use]
     pub fn new(inner: S) -> Self {
         HttpErrors { inner }
     }

@@ -6,7 +6,7 @@
 //! (timeout, retry, breaker, cancel, metrics) wrap any HTTP client that is a tower
 //! service. This crate adds what an HTTP client needs on top:
 //!
-//! - [`BufferLayer`] / [`buffer_request`]: bodies collected once (with a size limit) into
+//! - [`BufferBodyLayer`] / [`buffer_request`]: bodies collected once (with a size limit) into
 //!   `http::Request<Full<Bytes>>`, which is `Clone`, so requests can be retried;
 //! - [`HttpErrorLayer`] / [`client_error_for`]: the client's errors as
 //!   [`ToolError`](toolshield_core::ToolError)s, keeping the source: failed before
@@ -32,7 +32,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use toolshield_http::{hyper_client, BufferLayer, HttpErrorLayer};
+//! use toolshield_http::{hyper_client, BufferBodyLayer, HttpErrorLayer};
 //! use toolshield_retry::RetryLayer;
 //! use toolshield_timeout::TimeoutLayer;
 //! use tower::ServiceBuilder;
@@ -41,8 +41,8 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // retry (per request, idempotent methods only) > attempt timeout > client
 //! let client = ServiceBuilder::new()
-//!     .layer(BufferLayer::default())
-//!     .layer(RetryLayer::from_config(Default::default())?)
+//!     .layer(BufferBodyLayer::default())
+//!     .layer(RetryLayer::from_config(&Default::default())?)
 //!     .layer(TimeoutLayer::new(Duration::from_secs(5)))
 //!     .layer(HttpErrorLayer::new())
 //!     .service(hyper_client());
@@ -56,7 +56,7 @@ mod retry_after;
 mod tool;
 
 pub use body::{
-    body_error, buffer_request, BufferBody, BufferFuture, BufferLayer, BufferedRequest,
+    body_error, buffer_request, BufferBody, BufferBodyFuture, BufferBodyLayer, BufferedRequest,
     DEFAULT_BODY_LIMIT,
 };
 pub use error::{client_error, client_error_for, HttpErrorFuture, HttpErrorLayer, HttpErrors};

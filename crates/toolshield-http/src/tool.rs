@@ -205,6 +205,7 @@ impl<C> fmt::Debug for HttpTool<C> {
 
 impl HttpTool<HyperClient> {
     /// Over a fresh [`hyper_client`].
+    #[must_use]
     pub fn new() -> Self {
         Self::with_client(hyper_client())
     }
@@ -218,6 +219,7 @@ impl Default for HttpTool<HyperClient> {
 
 impl<C> HttpTool<C> {
     /// Over any client that is a `Service<http::Request<Full<Bytes>>>`.
+    #[must_use]
     pub fn with_client(client: C) -> Self {
         HttpTool {
             client,
@@ -226,6 +228,7 @@ impl<C> HttpTool<C> {
     }
 
     /// The largest response body read (default 4 MiB); a larger one is `INVALID_INPUT`.
+    #[must_use]
     pub fn body_limit(mut self, limit: usize) -> Self {
         self.body_limit = limit;
         self

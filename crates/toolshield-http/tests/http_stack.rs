@@ -9,8 +9,7 @@ use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_core::{ErrorKind, ToolError};
-use toolshield_http::{hyper_client, BufferLayer, HttpErrorLayer};
-use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryConfig, RetryLayer};
+use toolshield_http::{hyper_client, BufferBodyLayer, HttpErrorLayer};
 use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -21,18 +20,9 @@ fn stack(
     registry: BreakerRegistry,
     attempts: u32,
 ) -> impl Service<Request<Full<Bytes>>, Response = Resp, Error = ToolError> + Clone {
-    let retry = RetryLayer::from_config(RetryConfig {
-        max_attempts: attempts,
-        backoff: BackoffStrategy::None,
-        budget: BudgetConfig {
-            enabled: false,
-            ..BudgetConfig::default()
-        },
-        ..RetryConfig::default()
-    })
-    .unwrap();
+    let retry = support::retry_now(attempts);
     ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .layer(retry)
         .layer(BreakerLayer::new(registry))
         .layer(TimeoutLayer::new(Duration::from_secs(5)))

@@ -9,18 +9,6 @@ use toolshield_core::{CallKind, ErrorKind};
 use toolshield_http::{http_tool_request, HttpTool};
 use tower::ServiceExt;
 
-fn shield() -> Shield {
-    let cfg = ShieldConfig::from_toml_str(
-        r#"
-        [defaults.retry]
-        max_attempts = 3
-        backoff = { strategy = "none" }
-        "#,
-    )
-    .unwrap();
-    Shield::from_config(cfg).unwrap()
-}
-
 #[tokio::test]
 async fn the_payload_becomes_a_request_and_the_response_an_output() {
     let (addr, rec) = support::start().await;
@@ -71,7 +59,7 @@ async fn bad_payloads_are_invalid_input() {
 #[tokio::test]
 async fn through_the_shield_a_503_is_retried_and_a_404_is_not() {
     let (addr, rec) = support::start().await;
-    let api = shield().wrap("api", HttpTool::new());
+    let api = support::shield().wrap("api", HttpTool::new());
     let ok = api
         .clone()
         .oneshot(http_tool_request(
@@ -141,7 +129,7 @@ async fn a_post_without_a_key_is_sent_once_when_keys_are_not_derived() {
 #[tokio::test]
 async fn a_post_with_a_key_sent_twice_at_once_runs_the_handler_once() {
     let (addr, rec) = support::start().await;
-    let api = shield().wrap("api", HttpTool::new());
+    let api = support::shield().wrap("api", HttpTool::new());
     let payload = json!({
         "method": "POST",
         "url": format!("http://{addr}/create"),

@@ -234,7 +234,7 @@ async fn bodies_are_buffered_once_within_the_limit() {
         let body = req.into_body().collect().await.unwrap().to_bytes();
         Ok::<_, toolshield_core::ToolError>(Response::new(body))
     });
-    let svc = toolshield_http::BufferLayer::new(1024).layer(inner);
+    let svc = toolshield_http::BufferBodyLayer::new(1024).layer(inner);
     let res = svc
         .oneshot(
             Request::post("http://x/")

@@ -13,9 +13,9 @@ use toolshield::config::ShieldConfig;
 use toolshield::shield::Shield;
 use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ToolRequest};
 use toolshield_http::{
-    http_tool_request, hyper_client, BufferLayer, HttpErrorLayer, HttpTool, IDEMPOTENCY_KEY_HEADER,
+    http_tool_request, hyper_client, BufferBodyLayer, HttpErrorLayer, HttpTool,
+    IDEMPOTENCY_KEY_HEADER,
 };
-use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryConfig, RetryLayer};
 use tower::{ServiceBuilder, ServiceExt};
 
 fn shield(extra: &str) -> Shield {
@@ -168,18 +168,9 @@ fn a_raw_request_with_a_blank_or_ambiguous_key_header_has_no_key() {
 #[tokio::test]
 async fn a_raw_post_with_a_blank_key_is_sent_once() {
     let (addr, rec) = support::start().await;
-    let retry = RetryLayer::from_config(RetryConfig {
-        max_attempts: 3,
-        backoff: BackoffStrategy::None,
-        budget: BudgetConfig {
-            enabled: false,
-            ..BudgetConfig::default()
-        },
-        ..RetryConfig::default()
-    })
-    .unwrap();
+    let retry = support::retry_now(3);
     let client = ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .layer(retry)
         .layer(HttpErrorLayer::new())
         .service(hyper_client());

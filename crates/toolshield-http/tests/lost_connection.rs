@@ -11,42 +11,18 @@ use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::Full;
 use serde_json::json;
-use toolshield::config::ShieldConfig;
-use toolshield::shield::Shield;
 use toolshield_core::{ErrorKind, ToolError};
-use toolshield_http::{http_tool_request, hyper_client, BufferLayer, HttpErrorLayer, HttpTool};
-use toolshield_retry::{BackoffStrategy, BudgetConfig, RetryConfig, RetryLayer};
+use toolshield_http::{http_tool_request, hyper_client, BufferBodyLayer, HttpErrorLayer, HttpTool};
 use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 type Resp = http::Response<hyper::body::Incoming>;
 
-fn shield() -> Shield {
-    let cfg = ShieldConfig::from_toml_str(
-        r#"
-        [defaults.retry]
-        max_attempts = 3
-        backoff = { strategy = "none" }
-        "#,
-    )
-    .unwrap();
-    Shield::from_config(cfg).unwrap()
-}
-
 /// buffer > retry (3 attempts) > attempt timeout > errors > hyper client.
 fn raw_stack() -> impl Service<Request<Full<Bytes>>, Response = Resp, Error = ToolError> + Clone {
-    let retry = RetryLayer::from_config(RetryConfig {
-        max_attempts: 3,
-        backoff: BackoffStrategy::None,
-        budget: BudgetConfig {
-            enabled: false,
-            ..BudgetConfig::default()
-        },
-        ..RetryConfig::default()
-    })
-    .unwrap();
+    let retry = support::retry_now(3);
     ServiceBuilder::new()
-        .layer(BufferLayer::default())
+        .layer(BufferBodyLayer::default())
         .layer(retry)
         .layer(TimeoutLayer::new(Duration::from_secs(5)))
         .layer(HttpErrorLayer::new())
@@ -65,7 +41,7 @@ fn order(addr: std::net::SocketAddr) -> serde_json::Value {
 #[tokio::test]
 async fn a_post_whose_connection_drops_after_sending_is_outcome_unknown_and_runs_once() {
     let (addr, ran) = support::start_dropping().await;
-    let shield = shield();
+    let shield = support::shield();
     let api = shield.wrap("api", HttpTool::new());
 
     let err = api
@@ -98,7 +74,7 @@ async fn a_post_whose_connection_drops_after_sending_is_outcome_unknown_and_runs
 #[tokio::test]
 async fn a_get_whose_connection_drops_after_sending_stays_retriable() {
     let (addr, ran) = support::start_dropping().await;
-    let err = shield()
+    let err = support::shield()
         .wrap("api", HttpTool::new())
         .oneshot(http_tool_request(
             "api",
@@ -118,7 +94,7 @@ async fn a_get_whose_connection_drops_after_sending_stays_retriable() {
 #[tokio::test]
 async fn a_refused_connection_is_connection_failed_and_frees_the_key() {
     let addr = support::refusing_addr();
-    let shield = shield();
+    let shield = support::shield();
     let err = shield
         .wrap("api", HttpTool::new())
         .oneshot(http_tool_request("api", order(addr)))

@@ -48,7 +48,7 @@ fn upstream(
 }
 
 fn retry() -> RetryLayer {
-    RetryLayer::from_config(RetryConfig {
+    RetryLayer::from_config(&RetryConfig {
         budget: BudgetConfig {
             enabled: false,
             ..BudgetConfig::default()

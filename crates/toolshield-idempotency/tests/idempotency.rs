@@ -12,27 +12,10 @@ use toolshield_idempotency::{
     IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore, OnPending, OnStoreError,
     RecordStatus, StoreError, StoreFuture,
 };
-use tower::util::BoxCloneService;
-use tower::{service_fn, Layer, ServiceExt};
+use toolshield_test::{counting_tool, BoxedTool};
+use tower::{Layer, ServiceExt};
 
-type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
-
-fn tool<F>(calls: &Arc<AtomicUsize>, delay: Duration, answer: F) -> Svc
-where
-    F: Fn(usize) -> Result<ToolResponse, ToolError> + Clone + Send + Sync + 'static,
-{
-    let calls = Arc::clone(calls);
-    BoxCloneService::new(service_fn(move |_req: ToolRequest| {
-        let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-        let answer = answer.clone();
-        async move {
-            if !delay.is_zero() {
-                sleep(delay).await;
-            }
-            answer(n)
-        }
-    }))
-}
+type Svc = BoxedTool;
 
 fn ok_n(n: usize) -> Result<ToolResponse, ToolError> {
     Ok(ToolResponse::new(json!({ "charge": n })))
@@ -80,7 +63,7 @@ fn charge(r: &ToolResponse) -> Value {
 #[tokio::test(start_paused = true)]
 async fn sequential_duplicate_is_replayed() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, handle, _) = layer();
     let first = call(&svc, &layer, pay(42)).await.expect("first");
     assert!(!first.provenance.replayed);
@@ -101,7 +84,7 @@ async fn sequential_duplicate_is_replayed() {
 #[tokio::test(start_paused = true)]
 async fn concurrent_duplicates_wait_and_share_one_execution() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(2), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(2), ok_n);
     let (layer, handle, _) = layer();
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..100 {
@@ -125,7 +108,7 @@ async fn concurrent_duplicates_wait_and_share_one_execution() {
 #[tokio::test(start_paused = true)]
 async fn concurrent_duplicates_fail_fast_with_in_progress() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(2), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(2), ok_n);
     let (layer, handle, _) = layer_with(IdempotencyConfig {
         on_pending: OnPending::FailFast,
         ..Default::default()
@@ -153,7 +136,7 @@ async fn concurrent_duplicates_fail_fast_with_in_progress() {
 #[tokio::test(start_paused = true)]
 async fn waiting_is_bounded() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(25), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(25), ok_n);
     let (layer, _, _) = layer();
     let first = tokio::spawn(layer.layer(svc.clone()).oneshot(pay(42)));
     sleep(Duration::from_millis(1)).await;
@@ -174,7 +157,7 @@ async fn waiting_is_bounded() {
 #[tokio::test(start_paused = true)]
 async fn key_reused_with_another_payload_is_rejected_and_not_run() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, handle, _) = layer();
     call(&svc, &layer, pay(42)).await.expect("first");
     let e = call(&svc, &layer, pay(99))
@@ -188,7 +171,7 @@ async fn key_reused_with_another_payload_is_rejected_and_not_run() {
 #[tokio::test(start_paused = true)]
 async fn failed_is_replayed_within_its_ttl_then_allowed_again() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, |n| {
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
         if n == 1 {
             Err(ToolError::invalid_input("card declined"))
         } else {
@@ -219,7 +202,7 @@ async fn failed_is_replayed_within_its_ttl_then_allowed_again() {
 #[tokio::test(start_paused = true)]
 async fn retriable_failure_releases_the_key() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, |n| {
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
         if n == 1 {
             Err(ToolError::new(ErrorKind::ConnectionFailed, "refused"))
         } else {
@@ -246,7 +229,7 @@ async fn retriable_failure_releases_the_key() {
 #[tokio::test(start_paused = true)]
 async fn expired_lease_is_taken_over() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, _, store) = layer_with(IdempotencyConfig {
         on_pending: OnPending::FailFast,
         ..Default::default()
@@ -276,7 +259,7 @@ async fn expired_lease_is_taken_over() {
 #[tokio::test(start_paused = true)]
 async fn a_waiting_duplicate_takes_over_an_expired_lease() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, _, store) = layer_with(IdempotencyConfig {
         wait_timeout: Duration::from_secs(60),
         ..Default::default()
@@ -304,7 +287,7 @@ async fn a_waiting_duplicate_takes_over_an_expired_lease() {
 #[tokio::test(start_paused = true)]
 async fn the_lease_is_renewed_while_the_call_runs() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(100), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(100), ok_n);
     let (layer, _, _) = layer_with(IdempotencyConfig {
         on_pending: OnPending::FailFast,
         ..Default::default()
@@ -322,7 +305,7 @@ async fn the_lease_is_renewed_while_the_call_runs() {
 #[tokio::test(start_paused = true)]
 async fn timeout_after_send_is_outcome_unknown_and_kept_until_forgotten() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, |n| {
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
         if n == 1 {
             Err(ToolError::timeout("attempt timed out after 30s"))
         } else {
@@ -353,7 +336,7 @@ async fn timeout_after_send_is_outcome_unknown_and_kept_until_forgotten() {
 #[tokio::test(start_paused = true)]
 async fn timeout_of_an_idempotent_call_releases_the_key() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, |n| {
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
         if n == 1 {
             Err(ToolError::timeout("slow"))
         } else {
@@ -410,7 +393,7 @@ impl IdempotencyStore for DownStore {
 #[tokio::test(start_paused = true)]
 async fn store_down_fails_closed_by_default() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let layer = IdempotencyLayer::with_store(IdempotencyConfig::default(), Arc::new(DownStore))
         .expect("valid");
     let e = call(&svc, &layer, pay(42)).await.expect_err("fail closed");
@@ -422,7 +405,7 @@ async fn store_down_fails_closed_by_default() {
 #[tokio::test(start_paused = true)]
 async fn store_down_fails_open_when_configured() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let cfg = IdempotencyConfig {
         on_store_error: OnStoreError::FailOpen,
         ..Default::default()
@@ -441,7 +424,7 @@ async fn store_down_fails_open_when_configured() {
 #[tokio::test(start_paused = true)]
 async fn derived_keys_dedupe_by_tool_payload_caller_and_window() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, handle, _) = layer();
     let req = |caller: &str| {
         ToolRequest::new("pay", json!({"amount": 5}))
@@ -469,7 +452,7 @@ async fn derived_keys_dedupe_by_tool_payload_caller_and_window() {
 #[tokio::test(start_paused = true)]
 async fn read_only_calls_pass_through() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, handle, _) = layer();
     for _ in 0..2 {
         let r = call(&svc, &layer, pay(42).kind(CallKind::ReadOnly))
@@ -484,7 +467,7 @@ async fn read_only_calls_pass_through() {
 #[tokio::test(start_paused = true)]
 async fn given_keys_are_scoped_by_caller() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::ZERO, ok_n);
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
     let (layer, _, _) = layer();
     call(&svc, &layer, pay(42).caller("alice"))
         .await
@@ -498,7 +481,7 @@ async fn given_keys_are_scoped_by_caller() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_call_that_never_ran_frees_its_key() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(10), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(10), ok_n);
     let (layer, handle, _) = layer();
     let put = || pay(42).kind(CallKind::Idempotent);
     let task = tokio::spawn(layer.layer(svc.clone()).oneshot(put()));
@@ -521,7 +504,7 @@ async fn a_dropped_call_that_never_ran_frees_its_key() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_mutation_in_flight_is_outcome_unknown() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = tool(&calls, Duration::from_secs(10), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(10), ok_n);
     let (layer, _, _) = layer();
     let task = tokio::spawn(layer.layer(svc.clone()).oneshot(pay(42)));
     sleep(Duration::from_secs(1)).await;
@@ -599,7 +582,7 @@ async fn a_waiting_duplicate_polls_with_a_growing_interval() {
         .expect("valid config");
     let calls = Arc::new(AtomicUsize::new(0));
     // The first call runs for 5 s; the duplicate waits for it.
-    let svc = tool(&calls, Duration::from_secs(5), ok_n);
+    let svc = counting_tool(&calls, Duration::from_secs(5), ok_n);
     let (first, second) = tokio::join!(call(&svc, &layer, pay(10)), async {
         sleep(Duration::from_millis(1)).await;
         call(&svc, &layer, pay(10)).await

@@ -56,6 +56,7 @@ impl fmt::Debug for McpClientService {
 impl McpClientService {
     /// Takes over a running `rmcp` client: the connection lives as long as any clone of
     /// this service.
+    #[must_use]
     pub fn new<H>(client: RunningService<RoleClient, H>) -> Self
     where
         H: ClientHandler,
@@ -71,6 +72,7 @@ impl McpClientService {
     }
 
     /// Uses a client peer whose connection is kept alive elsewhere.
+    #[must_use]
     pub fn from_peer(peer: Peer<RoleClient>) -> Self {
         McpClientService {
             peer,
@@ -97,12 +99,14 @@ impl McpClientService {
 
     /// Strips `{server}__` from tool names before calling (the MCP-style names of
     /// `RouterBuilder::server`).
+    #[must_use]
     pub fn with_server(mut self, server: &str) -> Self {
         self.server = Some(Arc::from(format!("{server}__")));
         self
     }
 
     /// Sets what an `isError: true` result becomes (default: [`IsErrorPolicy::Keep`]).
+    #[must_use]
     pub fn is_error_policy(mut self, policy: IsErrorPolicy) -> Self {
         self.policy = policy;
         self

@@ -216,7 +216,7 @@ impl Shared {
     }
 }
 
-/// `# HELP` lines for the DESIGN §5 metric set.
+/// `# HELP` lines for the metric set (docs/observability.md).
 pub(crate) fn describe(target: &MetricsTarget) {
     use metrics::Unit;
     target.describe_counter(

@@ -85,7 +85,7 @@ impl MetricsConfig {
     }
 }
 
-/// Records the DESIGN §5 metrics and the `tool_execution` span once per logical call.
+/// Records the call metrics (docs/observability.md) and the `tool_execution` span once per logical call.
 ///
 /// Place it outermost. For per-attempt metrics (`tool_attempts_total`,
 /// `tool_retries_total`) and spans, put [`attempt_layer`](Self::attempt_layer) inside
@@ -93,6 +93,9 @@ impl MetricsConfig {
 #[derive(Debug, Clone)]
 pub struct MetricsLayer {
     shared: Arc<Shared>,
+    // The label slot of the one tool this layer counts, resolved when it was made
+    // (`for_tool`); `None`: each call's name is looked up (one layer over many tools).
+    slot: Option<usize>,
 }
 
 impl MetricsLayer {
@@ -124,7 +127,20 @@ impl MetricsLayer {
                 config.cache_misses,
                 config.spans,
             )),
+            slot: None,
         })
+    }
+
+    /// The same layer for the stack of one tool: every call through it is counted under
+    /// `tool`'s label (`other` outside the registered set), resolved now, so no call looks
+    /// its name up. The facade builds one per tool, and one per MCP server for all of the
+    /// server's tools.
+    #[must_use]
+    pub fn for_tool(&self, tool: &str) -> Self {
+        MetricsLayer {
+            shared: Arc::clone(&self.shared),
+            slot: Some(self.shared.tools.index(tool)),
+        }
     }
 
     /// The per-attempt layer sharing this layer's handles: place it inside the retry
@@ -132,6 +148,7 @@ impl MetricsLayer {
     pub fn attempt_layer(&self) -> AttemptMetricsLayer {
         AttemptMetricsLayer {
             shared: Arc::clone(&self.shared),
+            slot: self.slot,
         }
     }
 
@@ -145,7 +162,7 @@ impl<S> Layer<S> for MetricsLayer {
     type Service = Metrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Metrics::new(inner, Arc::clone(&self.shared))
+        Metrics::new(inner, Arc::clone(&self.shared), self.slot)
     }
 }
 
@@ -154,12 +171,13 @@ impl<S> Layer<S> for MetricsLayer {
 #[derive(Debug, Clone)]
 pub struct AttemptMetricsLayer {
     shared: Arc<Shared>,
+    slot: Option<usize>,
 }
 
 impl<S> Layer<S> for AttemptMetricsLayer {
     type Service = AttemptMetrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        AttemptMetrics::new(inner, Arc::clone(&self.shared))
+        AttemptMetrics::new(inner, Arc::clone(&self.shared), self.slot)
     }
 }

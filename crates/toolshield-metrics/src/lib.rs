@@ -59,8 +59,6 @@
 //! # }
 //! ```
 
-mod breaker;
-mod fallback;
 mod future;
 mod handles;
 mod layer;
@@ -71,8 +69,6 @@ mod prometheus;
 mod service;
 mod target;
 
-pub use breaker::BreakerMetrics;
-pub use fallback::{FallbackMetrics, TOOL_FALLBACK_EXHAUSTED_TOTAL, TOOL_FALLBACK_HANDOVERS_TOTAL};
 pub use future::{AttemptFuture, ResponseFuture};
 pub use layer::{AttemptMetricsLayer, MetricsConfig, MetricsLayer, MAX_TOOLS};
 pub use names::Status;
@@ -83,5 +79,7 @@ pub use prometheus::{
 pub use service::{AttemptMetrics, Metrics};
 pub use target::MetricsTarget;
 
+/// The `metrics` facade these handles are built on (keys and labels for collectors).
+pub use metrics;
 /// The `metrics-exporter-prometheus` crate, for its builder and handle types.
 pub use metrics_exporter_prometheus;

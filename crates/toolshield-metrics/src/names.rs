@@ -1,4 +1,4 @@
-//! Metric names and label values: DESIGN §5, one vocabulary.
+//! Metric names and label values: one vocabulary (docs/observability.md).
 
 use toolshield_core::ErrorKind;
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::time::Instant;
-use toolshield_core::{CallKind, CallMeta, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_core::{CallKind, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 use tracing::field::Empty;
 use tracing::Span;
@@ -18,11 +18,16 @@ use crate::handles::Shared;
 pub struct Metrics<S> {
     inner: S,
     shared: Arc<Shared>,
+    slot: Option<usize>,
 }
 
 impl<S> Metrics<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        Metrics { inner, shared }
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, slot: Option<usize>) -> Self {
+        Metrics {
+            inner,
+            shared,
+            slot,
+        }
     }
 
     /// The inner service.
@@ -44,10 +49,10 @@ impl<S> Metrics<S> {
 /// The name of a request that names nothing (a plain value).
 const UNNAMED: &str = "default";
 
-/// The name a call is counted under: its group (all tools of one server), else its own
-/// name; names the exporter does not know are counted as `other`.
-fn label<'a, Req: ShieldRequest>(req: &'a Req, meta: &CallMeta<'a>) -> &'a str {
-    meta.group.or_else(|| req.call_name()).unwrap_or(UNNAMED)
+/// The name a call of a layer made for no one tool is counted under: its own name;
+/// names the exporter does not know are counted as `other`.
+fn label<'a, Req: ShieldRequest>(req: &'a Req) -> &'a str {
+    req.call_name().unwrap_or(UNNAMED)
 }
 
 impl<S, Req> Service<Req> for Metrics<S>
@@ -68,7 +73,7 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
         let meta = req.call_meta();
-        let tool = shared.tools.index(label(&req, &meta));
+        let tool = self.slot.unwrap_or_else(|| shared.tools.index(label(&req)));
         let read_only = req.call_kind() == Some(CallKind::ReadOnly);
         let span = if shared.spans {
             tracing::info_span!(
@@ -100,11 +105,16 @@ where
 pub struct AttemptMetrics<S> {
     inner: S,
     shared: Arc<Shared>,
+    slot: Option<usize>,
 }
 
 impl<S> AttemptMetrics<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        AttemptMetrics { inner, shared }
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, slot: Option<usize>) -> Self {
+        AttemptMetrics {
+            inner,
+            shared,
+            slot,
+        }
     }
 
     /// The inner service.
@@ -140,7 +150,7 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
-        let tool = shared.tools.index(label(&req, &req.call_meta()));
+        let tool = self.slot.unwrap_or_else(|| shared.tools.index(label(&req)));
         let state = req.call_state();
         let attempt = state.map_or(1, |s| s.attempt());
         if attempt > 1 {

@@ -61,12 +61,9 @@ impl MetricsTarget {
         self.with(|r| r.register_histogram(key, &META))
     }
 
-    pub(crate) fn describe_counter(
-        &self,
-        name: &'static str,
-        unit: Option<Unit>,
-        help: &'static str,
-    ) {
+    /// Describes a counter (its unit and help text) to the recorder, for collectors of
+    /// other crates.
+    pub fn describe_counter(&self, name: &'static str, unit: Option<Unit>, help: &'static str) {
         self.with(|r| {
             r.describe_counter(
                 KeyName::from_const_str(name),

@@ -5,10 +5,11 @@
 use std::alloc::System;
 
 use serde_json::Value;
-use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_core::ToolRequest;
 use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
-use tower::{service_fn, Layer, Service, ServiceExt};
+use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::BareTool;
+use tower::{Layer, Service, ServiceExt};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -25,9 +26,7 @@ fn metrics_layers_allocate_nothing_per_call() {
         exporter.target(),
     )
     .unwrap();
-    let tool = service_fn(|_req: ToolRequest| {
-        std::future::ready(Ok::<_, ToolError>(ToolResponse::new(Value::Bool(true))))
-    });
+    let tool = BareTool;
     // The outer layer only: no per-call slot is needed without an attempt layer.
     let mut svc = layer.layer(tool);
     let req = ToolRequest::new("weather", Value::Null);

@@ -12,37 +12,30 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::advance;
+use toolshield::collectors::BreakerMetrics;
 use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry};
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_metrics::{local_prometheus, BreakerMetrics, PrometheusExporter};
-use tower::{service_fn, util::BoxCloneService, Layer, Service, ServiceExt};
+use toolshield_metrics::{local_prometheus, PrometheusExporter};
+use toolshield_test::{BoxedTool, FailOnPayload};
+use tower::Layer;
 
 use support::{parse, Exposition};
 
-type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
+type Svc = BoxedTool;
 
 const TRANSITIONS: &str = "circuit_breaker_transitions_total";
 const REJECTIONS: &str = "circuit_breaker_rejections_total";
 const STATE: &str = "circuit_breaker_state";
 
 fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry) {
-    let layer = BreakerLayer::from_config(config).expect("valid config");
+    let layer = BreakerLayer::from_config(&config).expect("valid config");
     let registry = layer.registry().clone();
-    let tool = service_fn(|req: ToolRequest| async move {
-        if req.payload()["r"] == "fail" {
-            Err(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
-        } else {
-            Ok(ToolResponse::new(json!({"ok": true})))
-        }
-    });
-    (BoxCloneService::new(layer.layer(tool)), registry)
+    let tool = FailOnPayload::new("r", ErrorKind::UpstreamUnavailable);
+    (BoxedTool::new(layer.layer(tool)), registry)
 }
 
 async fn call(svc: &mut Svc, key: &str, r: &str) -> Result<ToolResponse, ToolError> {
-    svc.ready()
-        .await?
-        .call(ToolRequest::new(key, json!({ "r": r })))
-        .await
+    toolshield_test::call(svc, ToolRequest::new(key, json!({ "r": r }))).await
 }
 
 /// Opens `key`'s breaker, has it reject a call, then closes it (wait 1 s, a probe).

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use toolshield::collectors::BreakerMetrics;
 use toolshield_breaker::{BreakerConfig, BreakerLayer};
 use toolshield_cache::{CacheConfig, CacheLayer};
 use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_metrics::{local_prometheus, BreakerMetrics, MetricsConfig, MetricsLayer};
+use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
 use toolshield_provenance::ProvenanceLayer;
 use toolshield_retry::{BackoffStrategy, RetryLayer};
 use toolshield_timeout::TimeoutLayer;
@@ -33,7 +34,7 @@ async fn known_sequence_gives_exact_values() {
         exporter.target(),
     )
     .unwrap();
-    let breaker = BreakerLayer::from_config(BreakerConfig {
+    let breaker = BreakerLayer::from_config(&BreakerConfig {
         consecutive_failures: 3,
         open_wait: Duration::from_secs(30),
         ..BreakerConfig::default()
@@ -74,10 +75,7 @@ async fn known_sequence_gives_exact_values() {
     let mut svc = ServiceBuilder::new()
         .layer(metrics.clone())
         .layer(ProvenanceLayer::new())
-        .layer(
-            CacheLayer::new(CacheConfig::default().with_ttl("weather", Duration::from_secs(600)))
-                .unwrap(),
-        )
+        .layer(CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(600))).unwrap())
         .layer(
             RetryLayer::default()
                 .with_backoff(BackoffStrategy::none())

@@ -8,9 +8,9 @@ use std::alloc::System;
 use std::time::Duration;
 
 use serde_json::Value;
-use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
 use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer, UPKEEP_INTERVAL};
+use toolshield_test::alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 #[global_allocator]

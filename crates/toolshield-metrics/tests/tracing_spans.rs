@@ -2,9 +2,8 @@
 //! `tool_attempt` span per attempt, and a secret in the payload or the output appears
 //! nowhere in what is captured.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -14,34 +13,16 @@ use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse}
 use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
 use toolshield_provenance::ProvenanceLayer;
 use toolshield_retry::{BackoffStrategy, RetryLayer};
+use toolshield_test::LogCapture;
 use toolshield_timeout::TimeoutLayer;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tracing_subscriber::fmt::format::FmtSpan;
 
 const SECRET: &str = "sk-live-51HZsecretTOKEN";
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn spans_have_the_fields_and_no_secret_leaks() {
-    let capture = Capture::default();
+    let capture = LogCapture::default();
     let writer = capture.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -80,10 +61,7 @@ async fn spans_have_the_fields_and_no_secret_leaks() {
     let mut svc = ServiceBuilder::new()
         .layer(metrics.clone())
         .layer(ProvenanceLayer::new())
-        .layer(
-            CacheLayer::new(CacheConfig::default().with_ttl("payments", Duration::from_secs(60)))
-                .unwrap(),
-        )
+        .layer(CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(60))).unwrap())
         .layer(
             RetryLayer::default()
                 .with_backoff(BackoffStrategy::none())

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::layer::Settings;
 
 pin_project! {
-    /// The future of [`ProvenanceService`](crate::ProvenanceService).
+    /// The future of [`Provenance`](crate::Provenance).
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,

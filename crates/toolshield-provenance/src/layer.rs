@@ -7,7 +7,7 @@ use toolshield_core::ConfigError;
 use tower_layer::Layer;
 
 use crate::config::ProvenanceConfig;
-use crate::service::ProvenanceService;
+use crate::service::Provenance;
 
 /// The settings every service of a layer shares.
 #[derive(Debug, Clone, Default)]
@@ -66,6 +66,20 @@ impl ProvenanceLayer {
         })
     }
 
+    /// The same layer for the stack of one tool: its source is resolved now, so a call
+    /// never looks its tool up (the facade builds one per tool).
+    #[must_use]
+    pub fn for_tool(&self, tool: &str) -> Self {
+        let settings = &self.settings;
+        ProvenanceLayer {
+            settings: Arc::new(Settings {
+                source: settings.source_for(tool).cloned(),
+                sources: FastHashMap::default(),
+                digest: settings.digest,
+            }),
+        }
+    }
+
     /// Writes `source` on responses whose tool set none (instead of the tool name).
     pub fn source(mut self, source: impl Into<Arc<str>>) -> Self {
         Arc::make_mut(&mut self.settings).source = Some(source.into());
@@ -88,9 +102,9 @@ impl ProvenanceLayer {
 }
 
 impl<S> Layer<S> for ProvenanceLayer {
-    type Service = ProvenanceService<S>;
+    type Service = Provenance<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ProvenanceService::new(inner, Arc::clone(&self.settings))
+        Provenance::new(inner, Arc::clone(&self.settings))
     }
 }

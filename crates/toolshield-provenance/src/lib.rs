@@ -61,4 +61,4 @@ mod service;
 pub use config::ProvenanceConfig;
 pub use future::ResponseFuture;
 pub use layer::ProvenanceLayer;
-pub use service::ProvenanceService;
+pub use service::Provenance;

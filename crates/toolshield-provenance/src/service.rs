@@ -1,4 +1,4 @@
-//! [`ProvenanceService`]: wraps the inner service.
+//! [`Provenance`]: wraps the inner service.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,14 +13,14 @@ use crate::layer::Settings;
 /// Stamps provenance on the responses of the inner service; built by
 /// [`ProvenanceLayer`](crate::ProvenanceLayer).
 #[derive(Debug, Clone)]
-pub struct ProvenanceService<S> {
+pub struct Provenance<S> {
     inner: S,
     settings: Arc<Settings>,
 }
 
-impl<S> ProvenanceService<S> {
+impl<S> Provenance<S> {
     pub(crate) fn new(inner: S, settings: Arc<Settings>) -> Self {
-        ProvenanceService { inner, settings }
+        Provenance { inner, settings }
     }
 
     /// The inner service.
@@ -39,7 +39,7 @@ impl<S> ProvenanceService<S> {
     }
 }
 
-impl<S> Service<ToolRequest> for ProvenanceService<S>
+impl<S> Service<ToolRequest> for Provenance<S>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
     S::Error: Into<ToolError>,

@@ -279,8 +279,12 @@ async fn subscribe_loop(
 ) {
     let mut backoff = Duration::from_millis(50);
     let max = conn.config().reconnect_max_delay;
+    let mut attempt = 0usize;
     loop {
-        match subscribe_once(&conn, &hash, &channel, &origin, &local, &mut ready).await {
+        // On a cluster, each attempt tries the next seed node.
+        let url = conn.subscription_url(attempt);
+        attempt = attempt.wrapping_add(1);
+        match subscribe_once(&conn, url, &hash, &channel, &origin, &local, &mut ready).await {
             Ok(()) => backoff = Duration::from_millis(50),
             Err(e) => {
                 tracing::warn!(error = %e, "breaker: shared open-state subscription lost; retrying");
@@ -295,6 +299,7 @@ async fn subscribe_loop(
 /// ends. `Ok` when it ended after having worked.
 async fn subscribe_once(
     conn: &RedisConnection,
+    url: &str,
     hash: &str,
     channel: &str,
     origin: &str,
@@ -302,8 +307,7 @@ async fn subscribe_once(
     ready: &mut Option<oneshot::Sender<()>>,
 ) -> Result<(), Error> {
     let within = conn.config().connect_timeout;
-    let client = redis::Client::open(conn.config().url.as_str())
-        .map_err(|e| Error::redis("breaker subscription", &e))?;
+    let client = redis::Client::open(url).map_err(|e| Error::redis("breaker subscription", &e))?;
     let mut pubsub = match tokio::time::timeout(within, async {
         let mut p = client.get_async_pubsub().await?;
         p.subscribe(channel).await?;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use toolshield_idempotency::{
-    ClaimOutcome, IdempotencyRecord, IdempotencyStore, StoreError, StoreFuture,
+    ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError, StoreFuture,
 };
 
 use crate::connection::{LuaScript, RedisConnection};
@@ -23,11 +23,23 @@ if prev then return {2, false} end
 return {0, false}
 "#;
 
-/// The owner check every fenced script starts with: the record is PENDING (records are
-/// written by serde with `status` first, so a prefix test spares decoding a large
-/// COMPLETED record) and its owner is ARGV[1].
-const CHECK: &str = r#"
+/// Reads the record; every fenced script starts with it.
+const GET: &str = r#"
 local v = redis.call('GET', KEYS[1])
+"#;
+
+/// complete / fail: the very record this call writes is there already: a resend of a
+/// write that was applied (the cluster client resends a command whose connection broke
+/// after it left). The record carries the claim's owner token, so it is this claim's
+/// outcome; the write is reported done, as it was.
+const FINISH_RESENT: &str = r#"
+if v == ARGV[2] then return 1 end
+"#;
+
+/// The owner check every fenced script makes after reading the record: the record is
+/// PENDING (records are written by serde with `status` first, so a prefix test spares
+/// decoding a large COMPLETED record) and its owner is ARGV[1].
+const CHECK: &str = r#"
 if not v or string.sub(v, 1, 19) ~= '{"status":"PENDING"' then return 0 end
 local ok, rec = pcall(cjson.decode, v)
 if not ok or type(rec) ~= 'table' or rec.owner ~= ARGV[1] then return 0 end
@@ -67,7 +79,7 @@ return n
 "#;
 
 fn script(tail: &str) -> LuaScript {
-    LuaScript::new(format!("{CHECK}{tail}"))
+    LuaScript::new(format!("{GET}{CHECK}{tail}"))
 }
 
 struct Scripts {
@@ -83,7 +95,7 @@ impl Scripts {
         static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
         SCRIPTS.get_or_init(|| Scripts {
             claim: LuaScript::new(CLAIM),
-            finish: script(FINISH_TAIL),
+            finish: LuaScript::new(format!("{GET}{FINISH_RESENT}{CHECK}{FINISH_TAIL}")),
             renew: script(RENEW_TAIL),
             release: script(RELEASE_TAIL),
             remove: LuaScript::new(REMOVE),
@@ -174,7 +186,17 @@ impl RedisIdempotencyStore {
         match reply {
             (0, _) => Ok(ClaimOutcome::Claimed),
             (2, _) => Ok(ClaimOutcome::TakenOver),
-            (_, Some(json)) => Ok(ClaimOutcome::Existing(decode(&json)?)),
+            (_, Some(json)) => {
+                let there = decode(&json)?;
+                // Our own PENDING record (the owner token is unique to this claim): a resend
+                // of this claim found what its first send created (the cluster client
+                // resends a command whose connection broke after it left). The claim is
+                // ours; answering "held" would make the caller wait out its own lease.
+                if there.owner == record.owner && there.status == RecordStatus::Pending {
+                    return Ok(ClaimOutcome::Claimed);
+                }
+                Ok(ClaimOutcome::Existing(there))
+            }
             (_, None) => Err(Error::new("claim script returned no record")),
         }
     }

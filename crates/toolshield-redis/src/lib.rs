@@ -19,8 +19,10 @@
 //! treats it as a miss. The connection ([`RedisConnection`]) reconnects by itself: after a
 //! Redis restart the same stack works again.
 //!
-//! Keys carry a hash tag on the tool name, so every script touches one slot on Redis
-//! Cluster:
+//! A Redis Cluster is configured by its seed nodes ([`RedisConfig::cluster`], or
+//! `cluster_nodes` in the serde configuration); the same [`RedisConnection`] then routes
+//! every operation to the master of its slot and follows `MOVED`/`ASK` and failovers.
+//! Keys carry a hash tag on the tool name, so every script touches one slot:
 //!
 //! | key | value | TTL |
 //! |---|---|---|

@@ -25,7 +25,7 @@ async fn tool_and_caller_pairs_that_spelled_one_key_do_not_share_a_redis_entry()
     let store = Arc::new(RedisCacheStore::new(conn));
     let layer = CacheLayer::with_store(
         CacheConfig {
-            default_ttl: Duration::from_secs(60),
+            ttl: Duration::from_secs(60),
             per_user: true,
             ..CacheConfig::default()
         },

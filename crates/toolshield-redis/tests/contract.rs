@@ -110,7 +110,7 @@ async fn a_result_cached_by_one_process_is_a_hit_in_another() {
         let config = RedisConfig::from_url(redis.url()).with_key_prefix(prefix.clone());
         let conn = RedisConnection::connect(config).await.unwrap();
         let layer = CacheLayer::with_store(
-            CacheConfig::default().with_ttl("weather", Duration::from_secs(60)),
+            CacheConfig::default().with_ttl(Duration::from_secs(60)),
             Arc::new(RedisCacheStore::new(conn)),
         )
         .unwrap();

@@ -4,23 +4,24 @@
 mod common;
 
 use std::future::Future;
-use std::io::Write;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{call, connect, counting_tool, pay, prefix, stack};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use toolshield_core::faults::{Fault, FaultPlan};
 use toolshield_core::{Digest, ErrorKind, ToolResponse};
+use toolshield_idempotency::testing::FaultyStore;
 use toolshield_idempotency::{
     ClaimOutcome, IdempotencyConfig, IdempotencyRecord, IdempotencyStore, OnStoreError,
-    RecordStatus, StoreFuture,
+    RecordStatus,
 };
 use toolshield_redis::testing::{private_persistent_redis, private_redis};
 use toolshield_redis::RedisIdempotencyStore;
+use toolshield_test::LogCapture;
 
 /// Short enough to keep the stalled-Redis test quick, long enough for a loaded CI machine.
 const OP_TIMEOUT: Duration = Duration::from_millis(400);
@@ -118,26 +119,6 @@ async fn fail_closed_runs_nothing_while_redis_is_down_and_recovers_after_restart
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-/// Collects what the `fmt` subscriber writes.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn fail_open_runs_and_logs_while_redis_is_down_and_dedupes_again_after_restart() {
     let Some(mut redis) = private_redis(
@@ -145,7 +126,7 @@ async fn fail_open_runs_and_logs_while_redis_is_down_and_dedupes_again_after_res
     ) else {
         return;
     };
-    let logs = Logs::default();
+    let logs = LogCapture::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
@@ -192,49 +173,6 @@ async fn fail_open_runs_and_logs_while_redis_is_down_and_dedupes_again_after_res
     assert_eq!(runs.load(Ordering::SeqCst), 3);
 }
 
-/// A store whose `renew` hangs while "paused": a process stopped by a long GC pause or a
-/// `SIGSTOP` does not renew its lease.
-struct Paused {
-    inner: RedisIdempotencyStore,
-    running: watch::Receiver<bool>,
-}
-
-impl IdempotencyStore for Paused {
-    fn claim<'a>(
-        &'a self,
-        key: &'a str,
-        record: IdempotencyRecord,
-        lease: Duration,
-    ) -> StoreFuture<'a, ClaimOutcome> {
-        self.inner.claim(key, record, lease)
-    }
-    fn finish<'a>(
-        &'a self,
-        key: &'a str,
-        owner: &'a str,
-        record: IdempotencyRecord,
-        ttl: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.finish(key, owner, record, ttl)
-    }
-    fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
-        let mut running = self.running.clone();
-        Box::pin(async move {
-            let _ = running.wait_for(|r| *r).await;
-            self.inner.renew(key, owner, lease).await
-        }) as Pin<Box<_>>
-    }
-    fn release<'a>(&'a self, key: &'a str, owner: &'a str) -> StoreFuture<'a, bool> {
-        self.inner.release(key, owner)
-    }
-    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>> {
-        self.inner.get(key)
-    }
-    fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {
-        self.inner.remove(key)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
     let Some(redis) = private_redis("an_owner_paused_past_its_lease_cannot_overwrite_the_taker")
@@ -248,12 +186,16 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         ..IdempotencyConfig::default()
     };
 
-    // Process A: its tool runs until released, and its renewals hang (paused).
-    let (resume, running) = watch::channel(false);
-    let store_a = Arc::new(Paused {
-        inner: RedisIdempotencyStore::new(connect(&redis.url(), &prefix, OP_TIMEOUT).await),
-        running,
-    });
+    // Process A: its tool runs until released, and its renewals never answer (paused, as
+    // a process stopped by a long GC pause or a `SIGSTOP` renews nothing).
+    let pause = FaultPlan::new();
+    pause.always("renew", Fault::Hang);
+    let store_a = Arc::new(FaultyStore::new(
+        Arc::new(RedisIdempotencyStore::new(
+            connect(&redis.url(), &prefix, OP_TIMEOUT).await,
+        )),
+        pause.clone(),
+    ));
     let runs = Arc::new(AtomicUsize::new(0));
     let (go, go_rx) = watch::channel(false);
     let runs_a = Arc::clone(&runs);
@@ -307,7 +249,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
     assert_eq!(handle_b.counts().takeovers, 1, "the takeover is counted");
 
     // A wakes up and finishes: its complete is fenced off.
-    let _ = resume.send(true);
+    pause.clear();
     let _ = go.send(true);
     let a_resp = a.await.unwrap().unwrap();
     assert_eq!(

@@ -13,7 +13,7 @@ use http_body_util::{Empty, Full};
 /// Implemented for the in-memory bodies ([`Bytes`], `Vec<u8>`, `String`, `&'static str`,
 /// `&'static [u8]`, [`Full<Bytes>`](Full), [`Empty<Bytes>`](Empty)), which are `Clone`, as
 /// the retry layer needs; and for [`reqwest::Body`] itself, which is not, so a request
-/// carrying one is sent once (put `toolshield_http::BufferLayer` in front to buffer a
+/// carrying one is sent once (put `toolshield_http::BufferBodyLayer` in front to buffer a
 /// streaming body into a `Full<Bytes>`).
 pub trait RequestBody {
     /// The body as reqwest sends it.

@@ -22,7 +22,7 @@ async fn a_post_whose_connection_is_lost_after_sending_is_outcome_unknown() {
         .header("idempotency-key", "order-1")
         .body(String::from("{}"))
         .unwrap();
-    let retry = RetryLayer::from_config(RetryConfig {
+    let retry = RetryLayer::from_config(&RetryConfig {
         backoff: BackoffStrategy::None,
         ..RetryConfig::default()
     })
@@ -45,7 +45,7 @@ async fn a_post_whose_connection_is_lost_after_sending_is_outcome_unknown() {
 #[tokio::test]
 async fn a_get_whose_connection_is_lost_is_upstream_unavailable_and_retried() {
     let (addr, received) = support::start_hanging_up().await;
-    let retry = RetryLayer::from_config(RetryConfig {
+    let retry = RetryLayer::from_config(&RetryConfig {
         backoff: BackoffStrategy::None,
         ..RetryConfig::default()
     })
@@ -167,7 +167,7 @@ async fn a_redirect_loop_is_execution_failed_and_a_posts_outcome_unknown() {
 async fn https_without_a_tls_backend_is_invalid_input_and_says_what_to_enable() {
     // The workspace builds reqwest without TLS: the connector refuses `https://`.
     let (addr, rec) = support::start().await;
-    let retry = RetryLayer::from_config(RetryConfig::default())
+    let retry = RetryLayer::from_config(&RetryConfig::default())
         .unwrap()
         .without_budget();
     let err = ServiceBuilder::new()

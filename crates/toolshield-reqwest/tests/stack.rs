@@ -16,7 +16,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 type Resp = http::Response<Bytes>;
 
 fn retry(attempts: u32) -> RetryLayer {
-    RetryLayer::from_config(RetryConfig {
+    RetryLayer::from_config(&RetryConfig {
         max_attempts: attempts,
         backoff: BackoffStrategy::None,
         ..RetryConfig::default()
@@ -310,9 +310,9 @@ async fn an_open_breaker_rejects_without_reaching_the_server() {
 #[tokio::test]
 async fn a_body_buffered_by_toolshield_http_is_resent_whole_on_every_attempt() {
     let (addr, rec) = support::start().await;
-    // BufferLayer collects any `http_body::Body` into a clonable `Full<Bytes>` first.
+    // BufferBodyLayer collects any `http_body::Body` into a clonable `Full<Bytes>` first.
     let svc = ServiceBuilder::new()
-        .layer(toolshield_http::BufferLayer::default())
+        .layer(toolshield_http::BufferBodyLayer::default())
         .layer(retry(3))
         .service(toolshield_reqwest::Client::new(reqwest::Client::new()));
     let req = Request::post(format!("http://{addr}/post503"))

@@ -114,7 +114,7 @@ pub enum BackoffStrategy {
 }
 
 impl Default for BackoffStrategy {
-    /// Exponential from 500 ms, factor 2, capped at 5 s, full jitter (DESIGN §4).
+    /// Exponential from 500 ms, factor 2, capped at 5 s, full jitter: the default.
     fn default() -> Self {
         BackoffStrategy::Exponential {
             base: Duration::from_millis(500),
@@ -170,6 +170,7 @@ impl BackoffStrategy {
     }
 
     /// No wait between attempts.
+    #[must_use]
     pub const fn none() -> Self {
         BackoffStrategy::None
     }

@@ -43,6 +43,7 @@ impl RetryBudget {
     ///
     /// Out-of-range numbers are clamped (a negative or NaN ratio counts as 0, a burst of 0
     /// as 1); [`BudgetConfig::validate`](crate::BudgetConfig::validate) reports them.
+    #[must_use]
     pub fn new(ratio: f64, min_per_sec: u32, burst: u32) -> Self {
         let ratio = if ratio.is_finite() && ratio > 0.0 {
             ratio.min(1000.0)

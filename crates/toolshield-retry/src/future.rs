@@ -14,8 +14,8 @@ use toolshield_contract::{
 };
 use tower_service::Service;
 
-use crate::layer::Shared;
-use crate::RetryBudget;
+use crate::budget::RetryBudget;
+use crate::shared::Shared;
 
 pin_project! {
     /// The future of [`Retry`](crate::Retry): calling, backing off, waiting for the
@@ -201,7 +201,6 @@ where
     Req: ShieldRequest,
 {
     if attempt >= shared.max_attempts {
-        shared.stats.record_exhausted();
         return Next::Done;
     }
     // No copy: the request may not be repeated (a mutating call without a key).
@@ -212,14 +211,12 @@ where
         .call_state()
         .is_some_and(|s| s.tokens().call().is_cancelled())
     {
-        shared.stats.record_cancelled();
         return Next::Cancelled;
     }
     let wait = match (failure.retry_after, failure.kind) {
         // A peer asking for a longer wait than we park a call for: the caller (and the
         // model, through `for_model`) gets the error with its `retry_after` at once.
         (Some(wait), _) if wait.min(MAX_DURATION) > shared.max_retry_after => {
-            shared.stats.record_retry_after_refusal();
             not_started(
                 request.call_name().unwrap_or(""),
                 attempt,
@@ -246,7 +243,6 @@ where
             .map(|resume| deadline.saturating_duration_since(resume));
         let enough = left.is_some_and(|left| !left.is_zero() && left >= shared.min_attempt_time);
         if !enough {
-            shared.stats.record_deadline_refusal();
             not_started(
                 request.call_name().unwrap_or(""),
                 attempt,
@@ -259,7 +255,6 @@ where
     }
     if let Some(budget) = &shared.budget {
         if !budget.try_withdraw() {
-            shared.stats.record_budget_refusal();
             not_started(
                 request.call_name().unwrap_or(""),
                 attempt,
@@ -270,7 +265,6 @@ where
             return Next::Done;
         }
     }
-    shared.stats.record_retry(failure.kind);
     tracing::info!(
         target: "toolshield::retry",
         tool = request.call_name().unwrap_or(""),
@@ -344,7 +338,6 @@ where
                 StateProj::Backoff { sleep } => {
                     if let Some(cancelled) = this.cancelled.as_mut() {
                         if cancelled.as_mut().poll(cx).is_ready() {
-                            this.shared.stats.record_cancelled();
                             return Poll::Ready(Err(cancelled_error(*this.attempt)));
                         }
                     }
@@ -354,7 +347,6 @@ where
                 StateProj::WaitReady => {
                     if let Some(cancelled) = this.cancelled.as_mut() {
                         if cancelled.as_mut().poll(cx).is_ready() {
-                            this.shared.stats.record_cancelled();
                             return Poll::Ready(Err(cancelled_error(*this.attempt)));
                         }
                     }

@@ -6,29 +6,21 @@ use toolshield_contract::config::MAX_DURATION;
 use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
-use crate::{Backoff, Retry, RetryBudget, RetryConfig, RetryStats};
-
-/// What every service built by one layer shares.
-pub(crate) struct Shared<P> {
-    pub(crate) classifier: P,
-    pub(crate) backoff: Arc<dyn Backoff>,
-    pub(crate) max_attempts: u32,
-    pub(crate) rate_limit_backoff: Duration,
-    pub(crate) max_retry_after: Duration,
-    pub(crate) min_attempt_time: Duration,
-    pub(crate) budget: Option<Arc<RetryBudget>>,
-    pub(crate) stats: RetryStats,
-}
+use crate::backoff::Backoff;
+use crate::budget::RetryBudget;
+use crate::config::RetryConfig;
+use crate::service::Retry;
+use crate::shared::Shared;
 
 /// Retries failed calls with backoff, within a budget, never past the deadline.
 ///
-/// Configuration only: the retry budget and the counters are shared (through `Arc`s) by
-/// every service this layer builds and by their clones.
+/// Configuration only: the retry budget is shared (through an `Arc`) by every service
+/// this layer builds and by their clones.
 ///
 /// ```
 /// use toolshield_retry::{RetryConfig, RetryLayer};
 ///
-/// let layer = RetryLayer::from_config(RetryConfig { max_attempts: 5, ..Default::default() })?;
+/// let layer = RetryLayer::from_config(&RetryConfig { max_attempts: 5, ..Default::default() })?;
 /// assert_eq!(layer.max_attempts(), 5);
 /// # Ok::<(), toolshield_core::ConfigError>(())
 /// ```
@@ -40,7 +32,6 @@ pub struct RetryLayer<P = DefaultClassifier> {
     max_retry_after: Duration,
     min_attempt_time: Duration,
     budget: Option<Arc<RetryBudget>>,
-    stats: RetryStats,
 }
 
 impl RetryLayer {
@@ -52,6 +43,7 @@ impl RetryLayer {
     ///
     /// assert_eq!(RetryLayer::new(5).max_attempts(), 5);
     /// ```
+    #[must_use]
     pub fn new(max_attempts: u32) -> Self {
         RetryLayer {
             max_attempts: max_attempts.max(1),
@@ -61,8 +53,13 @@ impl RetryLayer {
 
     /// A layer from a configuration, after [`RetryConfig::validate`]: an invalid
     /// configuration is an error listing every problem.
-    pub fn from_config(config: RetryConfig) -> Result<Self, ConfigError> {
+    pub fn from_config(config: &RetryConfig) -> Result<Self, ConfigError> {
         config.validate()?;
+        Ok(Self::from_valid(config))
+    }
+
+    /// A layer from a configuration already validated.
+    fn from_valid(config: &RetryConfig) -> Self {
         let budget = config.budget.enabled.then(|| {
             Arc::new(RetryBudget::new(
                 config.budget.ratio,
@@ -70,26 +67,6 @@ impl RetryLayer {
                 config.budget.burst,
             ))
         });
-        Ok(RetryLayer {
-            classifier: DefaultClassifier,
-            backoff: Arc::new(config.backoff),
-            max_attempts: config.max_attempts,
-            rate_limit_backoff: config.rate_limit_backoff,
-            max_retry_after: config.max_retry_after,
-            min_attempt_time: config.min_attempt_time,
-            budget,
-            stats: RetryStats::new(),
-        })
-    }
-}
-
-impl Default for RetryLayer {
-    /// The defaults of DESIGN §4: 3 attempts, exponential backoff from 500 ms capped at
-    /// 5 s with full jitter, 30 s after a 429 without `retry_after`, a `retry_after` of
-    /// at most 60 s honoured, 100 ms left before the deadline to start a retry, a budget
-    /// of 20 % with a floor of 10 retries per second.
-    fn default() -> Self {
-        let config = RetryConfig::default();
         RetryLayer {
             classifier: DefaultClassifier,
             backoff: Arc::new(config.backoff),
@@ -97,13 +74,18 @@ impl Default for RetryLayer {
             rate_limit_backoff: config.rate_limit_backoff,
             max_retry_after: config.max_retry_after,
             min_attempt_time: config.min_attempt_time,
-            budget: Some(Arc::new(RetryBudget::new(
-                config.budget.ratio,
-                config.budget.min_per_sec,
-                config.budget.burst,
-            ))),
-            stats: RetryStats::new(),
+            budget,
         }
+    }
+}
+
+impl Default for RetryLayer {
+    /// [`RetryConfig::default`]: 3 attempts, exponential backoff from 500 ms capped at
+    /// 5 s with full jitter, 30 s after a 429 without `retry_after`, a `retry_after` of
+    /// at most 60 s honoured, 100 ms left before the deadline to start a retry, a budget
+    /// of 20 % with a floor of 10 retries per second.
+    fn default() -> Self {
+        Self::from_valid(&RetryConfig::default())
     }
 }
 
@@ -111,6 +93,7 @@ impl<P> RetryLayer<P> {
     /// Replaces the classifier that decides what is retried (any
     /// `Fn(&Result<Res, ToolError>) -> Outcome` works), e.g. to retry a response that
     /// failed output validation.
+    #[must_use]
     pub fn with_classifier<P2>(self, classifier: P2) -> RetryLayer<P2> {
         RetryLayer {
             classifier,
@@ -120,7 +103,6 @@ impl<P> RetryLayer<P> {
             max_retry_after: self.max_retry_after,
             min_attempt_time: self.min_attempt_time,
             budget: self.budget,
-            stats: self.stats,
         }
     }
 
@@ -129,6 +111,7 @@ impl<P> RetryLayer<P> {
     /// Whatever it returns, a wait (like a `retry_after` from the tool) is cut to
     /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION), and a retry whose wait
     /// would end past the call's deadline is not started.
+    #[must_use]
     pub fn with_backoff(mut self, backoff: impl Backoff + 'static) -> Self {
         self.backoff = Arc::new(backoff);
         self
@@ -154,12 +137,14 @@ impl<P> RetryLayer<P> {
     }
 
     /// Uses `budget` (which other layers may share too) instead of this layer's own.
+    #[must_use]
     pub fn with_budget(mut self, budget: Arc<RetryBudget>) -> Self {
         self.budget = Some(budget);
         self
     }
 
     /// Retries without a budget: only the attempt limit bounds them.
+    #[must_use]
     pub fn without_budget(mut self) -> Self {
         self.budget = None;
         self
@@ -174,11 +159,6 @@ impl<P> RetryLayer<P> {
     pub fn budget(&self) -> Option<&Arc<RetryBudget>> {
         self.budget.as_ref()
     }
-
-    /// The counters of every service this layer builds.
-    pub fn stats(&self) -> RetryStats {
-        self.stats.clone()
-    }
 }
 
 impl<P: Clone> Clone for RetryLayer<P> {
@@ -191,7 +171,6 @@ impl<P: Clone> Clone for RetryLayer<P> {
             max_retry_after: self.max_retry_after,
             min_attempt_time: self.min_attempt_time,
             budget: self.budget.clone(),
-            stats: self.stats.clone(),
         }
     }
 }
@@ -204,7 +183,6 @@ impl<P> fmt::Debug for RetryLayer<P> {
             .field("max_retry_after", &self.max_retry_after)
             .field("min_attempt_time", &self.min_attempt_time)
             .field("budget", &self.budget)
-            .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
 }
@@ -224,7 +202,6 @@ impl<S, P: Clone> Layer<S> for RetryLayer<P> {
                 max_retry_after: self.max_retry_after,
                 min_attempt_time: self.min_attempt_time,
                 budget: self.budget.clone(),
-                stats: self.stats.clone(),
             }),
         )
     }

@@ -2,8 +2,8 @@
 //! budget, deadline-aware, safe for mutations.
 //!
 //! [`RetryLayer`] wraps any `Service<Req>` whose request implements
-//! [`ShieldRequest`](toolshield_contract::ShieldRequest) (a [`ToolRequest`](toolshield_contract::ToolRequest),
-//! and later an `http::Request`) and whose response implements
+//! [`ShieldRequest`](toolshield_contract::ShieldRequest) (`toolshield_core::ToolRequest`,
+//! `http::Request` and plain values) and whose response implements
 //! [`ShieldResponse`](toolshield_contract::ShieldResponse). A failed call is tried again when:
 //!
 //! - the [classifier](toolshield_contract::Classify) says the failure is retriable (by
@@ -23,7 +23,7 @@
 //! response's provenance and on the error.
 //!
 //! In the default stack the layer sits inside fallback and outside the circuit breaker and
-//! the attempt timeout: `... > fallback > retry > breaker > attempt timeout > tool`.
+//! the attempt timeout (the whole order: `docs/layer-order.md`).
 //!
 //! # Example
 //!
@@ -67,7 +67,7 @@ mod config;
 mod future;
 mod layer;
 mod service;
-mod stats;
+mod shared;
 
 pub use backoff::{Backoff, BackoffStrategy, Jitter};
 pub use budget::RetryBudget;
@@ -75,4 +75,3 @@ pub use config::{BudgetConfig, RetryConfig};
 pub use future::ResponseFuture;
 pub use layer::RetryLayer;
 pub use service::Retry;
-pub use stats::RetryStats;

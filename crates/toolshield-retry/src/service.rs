@@ -5,9 +5,9 @@ use std::task::{Context, Poll};
 use toolshield_contract::{CallKind, Classify, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
+use crate::budget::RetryBudget;
 use crate::future::ResponseFuture;
-use crate::layer::Shared;
-use crate::{RetryBudget, RetryStats};
+use crate::shared::Shared;
 
 /// Retries calls of the inner service; built by [`RetryLayer`](crate::RetryLayer).
 ///
@@ -37,11 +37,6 @@ impl<S, P> Retry<S, P> {
     /// Unwraps the inner service.
     pub fn into_inner(self) -> S {
         self.inner
-    }
-
-    /// The counters shared with the layer that built this service.
-    pub fn stats(&self) -> RetryStats {
-        self.shared.stats.clone()
     }
 
     /// The retry budget, if one is set.

@@ -2,46 +2,30 @@
 //! single test: the counting allocator sees every thread.
 
 use std::alloc::System;
-use std::future::{ready, Future, Ready};
+use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use serde_json::{json, Value};
-use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
+use serde_json::json;
+use toolshield_core::{CallKind, ToolRequest};
 use toolshield_retry::RetryLayer;
+use toolshield_test::alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::BareTool;
 use tower::{Layer, Service};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
-#[derive(Clone)]
-struct Tool;
-
-impl Service<ToolRequest> for Tool {
-    type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = Ready<Result<ToolResponse, ToolError>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: ToolRequest) -> Self::Future {
-        ready(Ok(ToolResponse::new(Value::Bool(true))))
-    }
-}
-
 #[test]
 fn first_attempt_success_allocates_nothing_per_call() {
     const CALLS: usize = 1000;
-    let mut svc = RetryLayer::default().layer(Tool);
+    let mut svc = RetryLayer::default().layer(BareTool);
     let mut cx = Context::from_waker(Waker::noop());
     // Requests are built outside the measured region (building one allocates its Arcs).
     // The counter is process-wide: another thread (the test harness printing as the test
     // starts) can add a few allocations to one run, while an allocation per call adds at
     // least CALLS to every run. So: the least of three runs.
-    let mut best: Option<stats_alloc::Stats> = None;
+    let mut best: Option<toolshield_test::alloc::Stats> = None;
     let mut attempts = 0;
     for _ in 0..3 {
         // Requests are built outside the measured region (building one allocates its Arcs).

@@ -104,7 +104,7 @@ fn validation_lists_every_problem_at_once() {
     );
     assert!(text.contains("backoff.base: base 10s > cap 5s"), "{text}");
 
-    let layer = RetryLayer::from_config(cfg);
+    let layer = RetryLayer::from_config(&cfg);
     assert_eq!(
         layer.unwrap_err().problems().len(),
         6,

@@ -6,10 +6,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{err, ok, read_request, Script};
+use common::{err, ok, read_request};
 use tokio::time::Instant;
 use toolshield_core::{ErrorKind, ToolError, ToolResponse};
 use toolshield_retry::{BackoffStrategy, RetryBudget, RetryConfig, RetryLayer};
+use toolshield_test::ScriptedTool;
 use tower::{Layer, ServiceExt};
 
 fn rate_limited(wait: Duration) -> Result<ToolResponse, ToolError> {
@@ -23,9 +24,8 @@ fn fixed(wait: Duration) -> BackoffStrategy {
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_longer_than_max_retry_after_ends_the_call_at_once_with_rate_limited() {
     let day = Duration::from_secs(86_400);
-    let tool = Script::new([rate_limited(day), ok()]);
+    let tool = ScriptedTool::new([rate_limited(day), ok()]);
     let layer = RetryLayer::default();
-    let stats = layer.stats();
     let start = Instant::now();
     let e = layer
         .layer(tool.service())
@@ -41,15 +41,13 @@ async fn a_retry_after_longer_than_max_retry_after_ends_the_call_at_once_with_ra
         e.for_model("api")
     );
     assert_eq!(tool.calls(), 1, "the tool ran once");
-    assert_eq!(stats.retry_after_refusals(), 1);
-    assert_eq!(stats.retries(), 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_date_decades_away_is_not_waited_for() {
     // An HTTP date in year 9999 becomes a wait of decades.
     let decades = Duration::from_secs(30 * 365 * 86_400);
-    let tool = Script::new([rate_limited(decades), ok()]);
+    let tool = ScriptedTool::new([rate_limited(decades), ok()]);
     let start = Instant::now();
     let e = RetryLayer::default()
         .layer(tool.service())
@@ -64,7 +62,7 @@ async fn a_retry_after_date_decades_away_is_not_waited_for() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_within_max_retry_after_is_waited_and_retried() {
-    let tool = Script::new([rate_limited(Duration::from_secs(30)), ok()]);
+    let tool = ScriptedTool::new([rate_limited(Duration::from_secs(30)), ok()]);
     let start = Instant::now();
     let res = RetryLayer::default()
         .layer(tool.service())
@@ -86,8 +84,8 @@ async fn max_retry_after_comes_from_the_configuration() {
         RetryConfig::default().max_retry_after,
         Duration::from_secs(60)
     );
-    let layer = RetryLayer::from_config(cfg).unwrap();
-    let tool = Script::new([rate_limited(Duration::from_secs(20)), ok()]);
+    let layer = RetryLayer::from_config(&cfg).unwrap();
+    let tool = ScriptedTool::new([rate_limited(Duration::from_secs(20)), ok()]);
     let e = layer
         .layer(tool.service())
         .oneshot(read_request())
@@ -113,24 +111,22 @@ async fn max_retry_after_comes_from_the_configuration() {
 
 #[tokio::test(start_paused = true)]
 async fn a_backoff_ending_exactly_at_the_deadline_starts_no_attempt() {
-    let tool = Script::new([err(ErrorKind::Timeout), ok()]);
+    let tool = ScriptedTool::new([err(ErrorKind::Timeout), ok()]);
     let layer = RetryLayer::default()
         .with_backoff(fixed(Duration::from_secs(1)))
         .with_min_attempt_time(Duration::ZERO);
-    let stats = layer.stats();
     let start = Instant::now();
     let req = read_request().deadline(start + Duration::from_secs(1));
     let e = layer.layer(tool.service()).oneshot(req).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout, "the last error");
     assert_eq!(start.elapsed(), Duration::ZERO, "returned at once");
     assert_eq!(tool.calls(), 1);
-    assert_eq!(stats.deadline_refusals(), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_with_less_than_min_attempt_time_left_is_not_started() {
     // 950 ms of backoff before a 1 s deadline leaves 50 ms: below the default 100 ms.
-    let tool = Script::new([err(ErrorKind::Timeout), ok()]);
+    let tool = ScriptedTool::new([err(ErrorKind::Timeout), ok()]);
     let start = Instant::now();
     let req = read_request().deadline(start + Duration::from_secs(1));
     let e = RetryLayer::default()
@@ -143,7 +139,7 @@ async fn a_retry_with_less_than_min_attempt_time_left_is_not_started() {
     assert_eq!(tool.calls(), 1);
 
     // 800 ms leaves 200 ms: the retry starts.
-    let tool = Script::new([err(ErrorKind::Timeout), ok()]);
+    let tool = ScriptedTool::new([err(ErrorKind::Timeout), ok()]);
     let start = Instant::now();
     let req = read_request().deadline(start + Duration::from_secs(1));
     let res = RetryLayer::default()
@@ -163,8 +159,8 @@ async fn a_budget_token_taken_before_a_backoff_is_refunded_when_the_call_is_drop
     let layer = RetryLayer::default()
         .with_backoff(fixed(Duration::from_secs(10)))
         .with_budget(Arc::clone(&budget));
-    let stats = layer.stats();
-    let tool = Script::always(ErrorKind::Timeout);
+
+    let tool = ScriptedTool::always(ErrorKind::Timeout);
     let svc = layer.layer(tool.service());
 
     // The first call fails, takes the token and starts a 10 s backoff; it is dropped
@@ -180,6 +176,5 @@ async fn a_budget_token_taken_before_a_backoff_is_refunded_when_the_call_is_drop
     // The second call can still retry: the token came back.
     let e = svc.oneshot(read_request()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout);
-    assert_eq!(stats.budget_refusals(), 0, "no retry was refused");
     assert_eq!(tool.calls(), 4, "1 + 3 attempts");
 }

@@ -6,10 +6,11 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{err, ok, Script};
+use common::{err, ok};
 use serde_json::json;
 use toolshield_core::{CallKind, ErrorKind, ToolRequest};
 use toolshield_retry::{BackoffStrategy, RetryLayer};
+use toolshield_test::ScriptedTool;
 use tower::{Layer, ServiceExt};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -62,7 +63,7 @@ async fn each_retry_emits_an_event_without_the_payload() {
     let capture = Capture::default();
     let _guard = tracing::subscriber::set_default(capture.clone());
 
-    let tool = Script::new([
+    let tool = ScriptedTool::new([
         err(ErrorKind::Timeout),
         err(ErrorKind::UpstreamUnavailable),
         ok(),

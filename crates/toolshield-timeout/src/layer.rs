@@ -4,15 +4,16 @@ use toolshield_contract::config::MAX_DURATION;
 use toolshield_contract::ConfigError;
 use tower_layer::Layer;
 
-use crate::{Deadline, Timeout, TimeoutConfig};
+use crate::config::TimeoutConfig;
+use crate::service::{Deadline, Timeout};
 
 /// Applies a hard timeout to each attempt, and optionally marks slow successes.
 ///
 /// Configuration only; see [`Timeout`] for the behaviour.
 #[derive(Debug, Clone, Copy)]
 pub struct TimeoutLayer {
-    pub(crate) attempt: Duration,
-    pub(crate) soft: Option<Duration>,
+    attempt: Duration,
+    soft: Option<Duration>,
 }
 
 impl TimeoutLayer {
@@ -51,7 +52,7 @@ impl<S> Layer<S> for TimeoutLayer {
     type Service = Timeout<S>;
 
     fn layer(&self, inner: S) -> Timeout<S> {
-        Timeout::new(inner, *self)
+        Timeout::new(inner, self.attempt, self.soft)
     }
 }
 
@@ -59,7 +60,7 @@ impl<S> Layer<S> for TimeoutLayer {
 /// can see how much time is left.
 #[derive(Debug, Clone, Copy)]
 pub struct DeadlineLayer {
-    pub(crate) total: Duration,
+    total: Duration,
 }
 
 impl DeadlineLayer {

@@ -3,19 +3,14 @@
 //!
 //! In the default stack the [`DeadlineLayer`] sits outside retry (its deadline is written
 //! on the request, and retry never starts a wait that ends past it) and the
-//! [`TimeoutLayer`] sits innermost, right around the tool, so every attempt gets a fresh
-//! budget:
-//!
-//! ```text
-//! metrics > provenance > cancel > DEADLINE > validate > cache > idempotency > fallback
-//!         > retry > breaker > TIMEOUT (attempt, soft) > tool
-//! ```
+//! [`TimeoutLayer`] sits inside the breaker, right around the tool, so every attempt gets
+//! a fresh budget (the whole order: `docs/layer-order.md`).
 //!
 //! On expiry the inner future is dropped at once (the tool's work is aborted), the
 //! request's attempt token is cancelled (the tool may watch it), and the error is
 //! `TIMEOUT`. A success slower than the soft threshold carries a
 //! [`SlowCall`](toolshield_contract::SlowCall) mark (and `provenance.slow` on a
-//! [`ToolResponse`](toolshield_contract::ToolResponse)); the breaker counts it towards its
+//! `toolshield_core::ToolResponse`); the breaker counts it towards its
 //! slow-call rate.
 //!
 //! # Example

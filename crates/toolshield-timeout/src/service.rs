@@ -7,7 +7,6 @@ use toolshield_contract::{CallState, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
 use crate::future::{Expiry, ResponseFuture};
-use crate::TimeoutLayer;
 
 /// A per-attempt timeout that also enforces the request's deadline.
 ///
@@ -28,12 +27,14 @@ pub struct Timeout<S> {
 }
 
 impl<S> Timeout<S> {
-    /// Wraps `inner` with the settings of `layer`.
-    pub fn new(inner: S, layer: TimeoutLayer) -> Self {
+    /// Wraps `inner` with a hard timeout of `attempt` per call and an optional soft
+    /// threshold; both are clamped to [`MAX_DURATION`].
+    #[must_use]
+    pub fn new(inner: S, attempt: Duration, soft: Option<Duration>) -> Self {
         Timeout {
             inner,
-            attempt: layer.attempt,
-            soft: layer.soft,
+            attempt: attempt.min(MAX_DURATION),
+            soft: soft.map(|soft| soft.min(MAX_DURATION)),
         }
     }
 
@@ -111,6 +112,7 @@ pub struct Deadline<S> {
 impl<S> Deadline<S> {
     /// Wraps `inner` with a whole-call budget of `total` (clamped to [`MAX_DURATION`],
     /// as [`DeadlineLayer::new`](crate::DeadlineLayer::new) does).
+    #[must_use]
     pub fn new(inner: S, total: Duration) -> Self {
         Deadline {
             inner,

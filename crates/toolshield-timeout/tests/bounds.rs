@@ -8,19 +8,16 @@ use serde_json::json;
 use tokio::time::{sleep, Instant};
 use toolshield_core::config::MAX_DURATION;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_test::problem_fields;
 use toolshield_timeout::{DeadlineLayer, TimeoutConfig, TimeoutLayer};
 use tower::{service_fn, Layer, Service, ServiceExt};
-
-fn fields(err: &toolshield_core::ConfigError) -> Vec<&str> {
-    err.problems().iter().map(|p| p.field.as_str()).collect()
-}
 
 #[test]
 fn validate_reports_every_unbounded_duration_with_the_other_problems() {
     let cfg: TimeoutConfig =
         serde_json::from_str(r#"{"attempt": "300000000000years", "soft": "0s"}"#).unwrap();
     let err = cfg.validate().unwrap_err();
-    assert_eq!(fields(&err), ["attempt", "soft"], "{err}");
+    assert_eq!(problem_fields(&err), ["attempt", "soft"], "{err}");
     assert!(
         err.problems()[0]
             .message
@@ -36,7 +33,7 @@ fn validate_reports_every_unbounded_duration_with_the_other_problems() {
         total: Some(Duration::MAX),
     };
     let err = cfg.validate().unwrap_err();
-    assert_eq!(fields(&err), ["attempt", "total"], "{err}");
+    assert_eq!(problem_fields(&err), ["attempt", "total"], "{err}");
 
     let cfg = TimeoutConfig {
         attempt: Duration::MAX,
@@ -45,7 +42,7 @@ fn validate_reports_every_unbounded_duration_with_the_other_problems() {
     };
     let err = cfg.validate().unwrap_err();
     // Both too long, and the soft threshold is not below the attempt timeout.
-    assert_eq!(fields(&err), ["attempt", "soft", "soft"], "{err}");
+    assert_eq!(problem_fields(&err), ["attempt", "soft", "soft"], "{err}");
 
     let at_the_bound = TimeoutConfig {
         attempt: MAX_DURATION,

@@ -1,8 +1,9 @@
 //! JSON Schema validation of tool payloads.
 //!
-//! Each tool may have a schema for its arguments. Schemas are compiled once, when the
-//! [`Schemas`] set is built (a schema that does not compile is a configuration error
-//! listing every bad schema), and checked on every call. An invalid payload fails with
+//! Each tool may have a schema for its arguments. A [`Schema`] is compiled once, when it
+//! is built (a schema that does not compile is a configuration error saying where), and a
+//! [`ValidateLayer`] holds the one schema of the tool it wraps: the facade builds one per
+//! tool that has a schema, so a call never looks its schema up by name. An invalid payload fails with
 //! `INVALID_INPUT` and the schema errors in the message; the inner service never runs.
 //! `INVALID_INPUT` is never retried and never counted by a breaker.
 //!
@@ -14,14 +15,9 @@
 //! payload stops after the errors the message lists: a large payload (more than
 //! 10,000 values) is reported with its first error only.
 //!
-//! In the default stack it sits inside the deadline and before cache, idempotency and
-//! breaker, so a malformed call claims no key, fills no cache and never counts against
-//! the tool:
-//!
-//! ```text
-//! metrics > provenance > cancel > deadline > VALIDATE > cache > idempotency > fallback
-//!         > retry > breaker > attempt timeout > tool
-//! ```
+//! In the default stack ([layer order](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md))
+//! it sits inside the deadline and before cache, idempotency and breaker, so a malformed
+//! call claims no key, fills no cache and never counts against the tool.
 //!
 //! # Example
 //!
@@ -29,20 +25,18 @@
 //! use serde_json::json;
 //! use tower::{service_fn, Layer, ServiceExt};
 //! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-//! use toolshield_validate::{Schemas, ValidateLayer};
+//! use toolshield_validate::{Schema, ValidateLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let schemas = Schemas::builder()
-//!     .tool("pay", json!({
-//!         "type": "object",
-//!         "properties": {"amount": {"type": "integer", "minimum": 1}},
-//!         "required": ["amount"]
-//!     }))
-//!     .build()
-//!     .unwrap();
+//! let schema = Schema::new(json!({
+//!     "type": "object",
+//!     "properties": {"amount": {"type": "integer", "minimum": 1}},
+//!     "required": ["amount"]
+//! }))
+//! .unwrap();
 //! let tool = service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!("paid"))) });
-//! let svc = ValidateLayer::new(schemas).layer(tool);
+//! let svc = ValidateLayer::new(schema).layer(tool);
 //!
 //! let err = svc.clone().oneshot(ToolRequest::new("pay", json!({"amount": "ten"}))).await.unwrap_err();
 //! assert_eq!(err.kind(), ErrorKind::InvalidInput);
@@ -62,8 +56,7 @@ use jsonschema::error::ValidationErrorKind;
 use jsonschema::{ValidationError, Validator};
 use pin_project_lite::pin_project;
 use serde_json::Value;
-use toolshield_core::config::Problems;
-use toolshield_core::hash::{FastHashMap, FastState};
+use toolshield_core::hash::FastState;
 use toolshield_core::{ConfigError, ToolError, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -82,58 +75,49 @@ struct Compiled {
     names: HashSet<Box<str>, FastState>,
 }
 
-/// What to do with a tool that has no schema.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Unknown {
-    /// Let the call through unchecked (the default).
-    #[default]
-    Allow,
-    /// Reject it with `INVALID_INPUT`: every tool must have a schema.
-    Reject,
-}
-
-/// Compiled schemas, one per tool. Cheap to clone.
+/// One compiled schema of a tool's arguments. Cheap to clone.
 #[derive(Clone)]
-pub struct Schemas {
-    by_tool: Arc<FastHashMap<Arc<str>, Compiled>>,
-    unknown: Unknown,
+pub struct Schema {
+    compiled: Arc<Compiled>,
 }
 
-impl fmt::Debug for Schemas {
+impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut tools: Vec<_> = self.by_tool.keys().collect();
-        tools.sort();
-        f.debug_struct("Schemas")
-            .field("tools", &tools)
-            .field("unknown", &self.unknown)
-            .finish()
+        f.debug_struct("Schema").finish_non_exhaustive()
     }
 }
 
-impl Schemas {
-    /// Starts a set of schemas.
-    pub fn builder() -> SchemasBuilder {
-        SchemasBuilder::default()
+impl Schema {
+    /// Compiles `schema`. A schema that does not compile is a [`ConfigError`] saying
+    /// where in the schema the problem is (its problem has an empty field: prefix it
+    /// with where the schema came from, as the facade does with `tools.NAME.schema`).
+    pub fn new(schema: Value) -> Result<Schema, ConfigError> {
+        match jsonschema::validator_for(&schema) {
+            Ok(validator) => {
+                let mut names = HashSet::default();
+                declared_names(&schema, &mut names);
+                Ok(Schema {
+                    compiled: Arc::new(Compiled { validator, names }),
+                })
+            }
+            Err(e) => {
+                // Where in the schema: the instance of a compile error is the schema.
+                let at = e.instance_path().as_str();
+                let at = if at.is_empty() { "/" } else { at };
+                Err(ConfigError::single(
+                    "",
+                    format_args!("invalid schema at {at}: {}", e.masked()),
+                ))
+            }
+        }
     }
 
-    /// Whether `tool` has a schema.
-    pub fn contains(&self, tool: &str) -> bool {
-        self.by_tool.contains_key(tool)
-    }
-
-    /// Checks `payload` against the schema of `tool`.
+    /// Checks `payload`, the arguments of a call of `tool` (named in the message).
     ///
-    /// `Ok` when it is valid or the tool has no schema (and unknown tools are allowed);
-    /// otherwise `INVALID_INPUT` listing what failed, without the payload's values.
+    /// `Ok` when it is valid; otherwise `INVALID_INPUT` listing what failed, without the
+    /// payload's values.
     pub fn check(&self, tool: &str, payload: &Value) -> Result<(), ToolError> {
-        let Some(compiled) = self.by_tool.get(tool) else {
-            return match self.unknown {
-                Unknown::Allow => Ok(()),
-                Unknown::Reject => Err(ToolError::invalid_input(format!(
-                    "no schema for tool `{tool}`"
-                ))),
-            };
-        };
+        let compiled = &*self.compiled;
         let validator = &compiled.validator;
         if validator.is_valid(payload) {
             return Ok(());
@@ -272,73 +256,16 @@ fn has_more_nodes_than(payload: &Value, limit: usize) -> bool {
     false
 }
 
-/// Builds [`Schemas`]; compiling happens in [`build`](SchemasBuilder::build).
-#[derive(Debug, Default)]
-pub struct SchemasBuilder {
-    schemas: Vec<(Arc<str>, Value)>,
-    unknown: Unknown,
-}
-
-impl SchemasBuilder {
-    /// Adds the schema of `tool`'s arguments.
-    pub fn tool(mut self, tool: impl Into<Arc<str>>, schema: Value) -> Self {
-        self.schemas.push((tool.into(), schema));
-        self
-    }
-
-    /// What to do with a tool that has no schema (default [`Unknown::Allow`]).
-    pub fn unknown_tools(mut self, unknown: Unknown) -> Self {
-        self.unknown = unknown;
-        self
-    }
-
-    /// Compiles every schema; fails listing every schema that does not compile and every
-    /// tool given twice.
-    pub fn build(self) -> Result<Schemas, ConfigError> {
-        let mut problems = Problems::new();
-        let mut by_tool =
-            FastHashMap::with_capacity_and_hasher(self.schemas.len(), FastState::default());
-        for (tool, schema) in self.schemas {
-            let field = format!("tools.{tool}.schema");
-            if by_tool.contains_key(&tool) {
-                problems.push(field, "schema given twice");
-                continue;
-            }
-            match jsonschema::validator_for(&schema) {
-                Ok(validator) => {
-                    let mut names = HashSet::default();
-                    declared_names(&schema, &mut names);
-                    by_tool.insert(tool, Compiled { validator, names });
-                }
-                Err(e) => {
-                    // Where in the schema: the instance of a compile error is the schema.
-                    let at = e.instance_path().as_str();
-                    let at = if at.is_empty() { "/" } else { at };
-                    problems.push(
-                        field,
-                        format_args!("invalid schema at {at}: {}", e.masked()),
-                    );
-                }
-            }
-        }
-        problems.into_result()?;
-        Ok(Schemas {
-            by_tool: Arc::new(by_tool),
-            unknown: self.unknown,
-        })
-    }
-}
-
-/// Applies [`Validate`] with a set of schemas.
+/// Applies [`Validate`] with the schema of one tool.
 #[derive(Debug, Clone)]
 pub struct ValidateLayer {
-    schemas: Schemas,
+    schema: Schema,
 }
 
 impl ValidateLayer {
-    /// Validates payloads against `schemas`.
-    pub fn new(schemas: Schemas) -> Self {
-        ValidateLayer { schemas }
+    /// Validates payloads against `schema`.
+    pub fn new(schema: Schema) -> Self {
+        ValidateLayer { schema }
     }
 }
 
@@ -348,7 +275,7 @@ impl<S> Layer<S> for ValidateLayer {
     fn layer(&self, inner: S) -> Validate<S> {
         Validate {
             inner,
-            schemas: self.schemas.clone(),
+            schema: self.schema.clone(),
         }
     }
 }
@@ -358,7 +285,7 @@ impl<S> Layer<S> for ValidateLayer {
 #[derive(Debug, Clone)]
 pub struct Validate<S> {
     inner: S,
-    schemas: Schemas,
+    schema: Schema,
 }
 
 impl<S> Validate<S> {
@@ -392,7 +319,7 @@ where
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
-        match self.schemas.check(req.settings_name(), req.payload()) {
+        match self.schema.check(req.tool(), req.payload()) {
             Ok(()) => ResponseFuture {
                 state: State::Inner {
                     inner: self.inner.call(req),

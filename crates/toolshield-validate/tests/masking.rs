@@ -3,10 +3,10 @@
 
 use serde_json::{json, Value};
 use toolshield_core::ErrorKind;
-use toolshield_validate::Schemas;
+use toolshield_validate::Schema;
 
 fn message_for(schema: Value, payload: &Value) -> String {
-    let schemas = Schemas::builder().tool("t", schema).build().unwrap();
+    let schemas = Schema::new(schema).unwrap();
     let err = schemas.check("t", payload).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     err.message().to_owned()
@@ -63,7 +63,7 @@ fn undeclared_keys_in_paths_are_masked_and_declared_ones_kept() {
 fn a_huge_invalid_array_stops_after_the_first_error() {
     let schema = json!({"type": "array", "items": {"type": "integer"}});
     let payload = Value::Array((0..300_000).map(|i| json!(format!("x{i}"))).collect());
-    let schemas = Schemas::builder().tool("t", schema).build().unwrap();
+    let schemas = Schema::new(schema).unwrap();
     let err = schemas.check("t", &payload).unwrap_err();
     let msg = err.message();
     assert!(
@@ -88,13 +88,9 @@ fn a_small_payload_lists_five_errors_and_counts_the_rest() {
 
 #[test]
 fn a_schema_that_does_not_compile_names_the_location_of_the_problem() {
-    let err = Schemas::builder()
-        .tool(
-            "pay",
-            json!({"type": "object", "properties": {"amount": {"type": "integr"}}}),
-        )
-        .build()
-        .unwrap_err();
+    let err = Schema::new(json!({"type": "object", "properties": {"amount": {"type": "integr"}}}))
+        .unwrap_err()
+        .prefixed("tools.pay.schema");
     let problem = &err.problems()[0];
     assert_eq!(problem.field, "tools.pay.schema");
     assert!(

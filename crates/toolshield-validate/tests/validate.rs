@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_validate::{Schemas, Unknown, ValidateLayer};
+use toolshield_validate::{Schema, ValidateLayer};
 use tower::{service_fn, Layer, ServiceExt};
 
 fn pay_schema() -> serde_json::Value {
@@ -29,10 +29,7 @@ async fn invalid_payload_is_invalid_input_and_never_reaches_the_tool() {
         c.fetch_add(1, Ordering::SeqCst);
         async { Ok::<_, ToolError>(ToolResponse::new(json!("paid"))) }
     });
-    let schemas = Schemas::builder()
-        .tool("pay", pay_schema())
-        .build()
-        .unwrap();
+    let schemas = Schema::new(pay_schema()).unwrap();
     let svc = ValidateLayer::new(schemas).layer(tool);
 
     let bad = json!({"amount": 0, "currency": "GBP", "card": "4111-secret-1111"});
@@ -78,51 +75,18 @@ async fn invalid_payload_is_invalid_input_and_never_reaches_the_tool() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
-async fn tools_without_schema_pass_unless_rejected_by_config() {
-    let tool =
-        service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!(1))) });
-    let allow = ValidateLayer::new(
-        Schemas::builder()
-            .tool("pay", pay_schema())
-            .build()
-            .unwrap(),
-    )
-    .layer(tool);
-    assert!(allow
-        .oneshot(ToolRequest::new("search", json!({"q": 1})))
-        .await
-        .is_ok());
-
-    let strict = Schemas::builder()
-        .tool("pay", pay_schema())
-        .unknown_tools(Unknown::Reject)
-        .build()
-        .unwrap();
-    let svc = ValidateLayer::new(strict).layer(tool);
-    let err = svc
-        .oneshot(ToolRequest::new("search", json!({})))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidInput);
-    assert!(err.message().contains("no schema"));
-}
-
 #[test]
-fn bad_schemas_are_all_listed_at_build_time() {
-    let err = Schemas::builder()
-        .tool("a", json!({"type": "no-such-type"}))
-        .tool("b", json!({"type": "object"}))
-        .tool("c", json!({"minimum": "one"}))
-        .tool("b", json!({"type": "object"}))
-        .build()
-        .unwrap_err();
-    let fields: Vec<_> = err.problems().iter().map(|p| p.field.as_str()).collect();
-    assert_eq!(
-        fields,
-        ["tools.a.schema", "tools.c.schema", "tools.b.schema"],
-        "{err}"
-    );
+fn a_bad_schema_is_a_config_error_at_build_time() {
+    for bad in [json!({"type": "no-such-type"}), json!({"minimum": "one"})] {
+        let err = Schema::new(bad).unwrap_err();
+        assert_eq!(err.problems().len(), 1, "{err}");
+        assert!(
+            err.problems()[0].message.contains("invalid schema"),
+            "{err}"
+        );
+        let prefixed = err.prefixed("tools.pay.schema");
+        assert_eq!(prefixed.problems()[0].field, "tools.pay.schema");
+    }
 }
 
 #[test]
@@ -133,10 +97,7 @@ fn many_errors_are_capped_in_the_message() {
         props.insert(format!("f{i}"), json!({"type": "integer"}));
         payload.insert(format!("f{i}"), json!("x"));
     }
-    let schemas = Schemas::builder()
-        .tool("t", json!({"type": "object", "properties": props}))
-        .build()
-        .unwrap();
+    let schemas = Schema::new(json!({"type": "object", "properties": props})).unwrap();
     let err = schemas
         .check("t", &serde_json::Value::Object(payload))
         .unwrap_err();

@@ -380,6 +380,9 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
     if own(|a, b| a.idempotency == b.idempotency) {
         p.extend(&format!("{path}.idempotency"), tool.idempotency.validate());
     }
+    if own(|a, b| a.cache == b.cache) {
+        p.extend(&format!("{path}.cache"), tool.cache.validate());
+    }
     let window_rule_is_own = own(|a, b| a.timeout == b.timeout && a.breaker == b.breaker);
     if let (true, WindowConfig::Time { duration, .. }) = (window_rule_is_own, tool.breaker.window) {
         let min = tool.timeout.attempt.saturating_mul(2);
@@ -407,10 +410,7 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
         );
     }
     if let (true, Some(schema)) = (own(|a, b| a.schema == b.schema), &tool.schema) {
-        if let Err(e) = toolshield_validate::Schemas::builder()
-            .tool("t", schema.clone())
-            .build()
-        {
+        if let Err(e) = toolshield_validate::Schema::new(schema.clone()) {
             for problem in e.problems() {
                 p.push(format!("{path}.schema"), &problem.message);
             }

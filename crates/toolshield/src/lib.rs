@@ -59,6 +59,7 @@ pub use toolshield_core::{
     ToolResponse, ToolResult,
 };
 
+pub mod collectors;
 pub mod config;
 pub mod shield;
 
@@ -78,10 +79,12 @@ mod sealed {
     impl<L> Sealed for tower::ServiceBuilder<L> {}
 }
 
-/// One method per toolshield layer on [`tower::ServiceBuilder`].
+/// The toolshield layers that are built from arguments, as methods of
+/// [`tower::ServiceBuilder`] (tower's own `timeout(Duration)` is the model). A layer you
+/// built already goes in with `.layer(layer)`.
 ///
-/// Sealed: implemented for `ServiceBuilder` only. Call the methods in the default order
-/// (outermost first) unless you have a reason not to; `docs/layer-order.md` explains it.
+/// Sealed: implemented for `ServiceBuilder` only. Where each layer goes: see
+/// [the layer order](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md).
 pub trait ServiceBuilderExt<L>: sealed::Sealed {
     /// Checks the call token before the call and races it against the call
     /// ([`toolshield_cancel::CancelLayer`]).
@@ -103,58 +106,21 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
         attempt: Duration,
         soft: Option<Duration>,
     ) -> ServiceBuilder<Stack<toolshield_timeout::TimeoutLayer, L>>;
-    /// Retries with backoff, deadline-aware ([`toolshield_retry::RetryLayer`]).
-    /// (Named so that it does not clash with tower's own `ServiceBuilder::retry`.)
-    fn retries<P>(
-        self,
-        layer: toolshield_retry::RetryLayer<P>,
-    ) -> ServiceBuilder<Stack<toolshield_retry::RetryLayer<P>, L>>;
 
-    /// Per-key circuit breakers ([`toolshield_breaker::BreakerLayer`]).
-    fn circuit_breaker<K, C>(
-        self,
-        layer: toolshield_breaker::BreakerLayer<K, C>,
-    ) -> ServiceBuilder<Stack<toolshield_breaker::BreakerLayer<K, C>, L>>;
+    /// Retries with the default backoff and budget, `max_attempts` attempts in all
+    /// ([`toolshield_retry::RetryLayer::new`]). (Named so that it does not clash with
+    /// tower's own `ServiceBuilder::retry`.)
+    fn retries(self, max_attempts: u32) -> ServiceBuilder<Stack<toolshield_retry::RetryLayer, L>>;
 
-    /// The read-only result cache ([`toolshield_cache::CacheLayer`]).
-    fn result_cache(
-        self,
-        layer: toolshield_cache::CacheLayer,
-    ) -> ServiceBuilder<Stack<toolshield_cache::CacheLayer, L>>;
-
-    /// Deduplication of mutating calls ([`toolshield_idempotency::IdempotencyLayer`]).
-    fn idempotent_mutations(
-        self,
-        layer: toolshield_idempotency::IdempotencyLayer,
-    ) -> ServiceBuilder<Stack<toolshield_idempotency::IdempotencyLayer, L>>;
-
-    /// JSON Schema validation of payloads ([`toolshield_validate::ValidateLayer`]).
+    /// Validation of payloads against one tool's schema
+    /// ([`toolshield_validate::ValidateLayer`]).
     fn validated(
         self,
-        schemas: toolshield_validate::Schemas,
+        schema: toolshield_validate::Schema,
     ) -> ServiceBuilder<Stack<toolshield_validate::ValidateLayer, L>>;
 
-    /// An ordered fallback chain ([`toolshield_fallback::FallbackLayer`]).
-    fn fallback_tiers(
-        self,
-        layer: toolshield_fallback::FallbackLayer,
-    ) -> ServiceBuilder<Stack<toolshield_fallback::FallbackLayer, L>>;
-
-    /// Provenance on every result ([`toolshield_provenance::ProvenanceLayer`]).
-    fn provenance(
-        self,
-        layer: toolshield_provenance::ProvenanceLayer,
-    ) -> ServiceBuilder<Stack<toolshield_provenance::ProvenanceLayer, L>>;
-
-    /// Metrics and the `tool_execution` span, once per logical call
-    /// ([`toolshield_metrics::MetricsLayer`]); place it outermost.
-    fn call_metrics(
-        self,
-        layer: toolshield_metrics::MetricsLayer,
-    ) -> ServiceBuilder<Stack<toolshield_metrics::MetricsLayer, L>>;
-
-    /// Metrics and the `tool_attempt` span, once per attempt
-    /// ([`toolshield_metrics::AttemptMetricsLayer`]); place it inside retry.
+    /// Per-attempt metrics sharing the handles of a call-metrics layer
+    /// ([`toolshield_metrics::MetricsLayer::attempt_layer`]).
     fn attempt_metrics(
         self,
         layer: &toolshield_metrics::MetricsLayer,
@@ -184,60 +150,16 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         }
         self.layer(layer)
     }
-    fn retries<P>(
-        self,
-        layer: toolshield_retry::RetryLayer<P>,
-    ) -> ServiceBuilder<Stack<toolshield_retry::RetryLayer<P>, L>> {
-        self.layer(layer)
-    }
 
-    fn circuit_breaker<K, C>(
-        self,
-        layer: toolshield_breaker::BreakerLayer<K, C>,
-    ) -> ServiceBuilder<Stack<toolshield_breaker::BreakerLayer<K, C>, L>> {
-        self.layer(layer)
-    }
-
-    fn result_cache(
-        self,
-        layer: toolshield_cache::CacheLayer,
-    ) -> ServiceBuilder<Stack<toolshield_cache::CacheLayer, L>> {
-        self.layer(layer)
-    }
-
-    fn idempotent_mutations(
-        self,
-        layer: toolshield_idempotency::IdempotencyLayer,
-    ) -> ServiceBuilder<Stack<toolshield_idempotency::IdempotencyLayer, L>> {
-        self.layer(layer)
+    fn retries(self, max_attempts: u32) -> ServiceBuilder<Stack<toolshield_retry::RetryLayer, L>> {
+        self.layer(toolshield_retry::RetryLayer::new(max_attempts))
     }
 
     fn validated(
         self,
-        schemas: toolshield_validate::Schemas,
+        schema: toolshield_validate::Schema,
     ) -> ServiceBuilder<Stack<toolshield_validate::ValidateLayer, L>> {
-        self.layer(toolshield_validate::ValidateLayer::new(schemas))
-    }
-
-    fn fallback_tiers(
-        self,
-        layer: toolshield_fallback::FallbackLayer,
-    ) -> ServiceBuilder<Stack<toolshield_fallback::FallbackLayer, L>> {
-        self.layer(layer)
-    }
-
-    fn provenance(
-        self,
-        layer: toolshield_provenance::ProvenanceLayer,
-    ) -> ServiceBuilder<Stack<toolshield_provenance::ProvenanceLayer, L>> {
-        self.layer(layer)
-    }
-
-    fn call_metrics(
-        self,
-        layer: toolshield_metrics::MetricsLayer,
-    ) -> ServiceBuilder<Stack<toolshield_metrics::MetricsLayer, L>> {
-        self.layer(layer)
+        self.layer(toolshield_validate::ValidateLayer::new(schema))
     }
 
     fn attempt_metrics(

@@ -14,19 +14,21 @@ use toolshield_cancel::CancelLayer;
 use toolshield_core::config::Problems;
 use toolshield_core::hash::FastHashMap;
 use toolshield_core::panic::{CatchPanicLayer, CountPanics};
-use toolshield_core::{ConfigError, ErrorKind, ToolError, ToolRequest, ToolResponse, ToolService};
+use toolshield_core::{
+    CallKind, ConfigError, ErrorKind, ToolError, ToolRequest, ToolResponse, ToolService,
+};
 use toolshield_fallback::FallbackLayer;
 use toolshield_idempotency::{
     IdempotencyHandle, IdempotencyLayer, IdempotencyStore, InMemoryIdempotencyStore,
 };
-use toolshield_metrics::{
-    BreakerMetrics, FallbackMetrics, MetricsConfig, MetricsLayer, PrometheusExporter,
-};
+use toolshield_metrics::{MetricsConfig, MetricsLayer, PrometheusExporter};
 use toolshield_provenance::ProvenanceLayer;
+
+use crate::collectors::{BreakerMetrics, FallbackMetrics};
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
-use toolshield_validate::{Schemas, ValidateLayer};
-use tower::util::{BoxCloneSyncService, Either, MapRequest, MapRequestLayer};
+use toolshield_validate::{Schema, ValidateLayer};
+use tower::util::{BoxCloneSyncService, Either, MapRequestLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::config::{ShieldConfig, ToolConfig};
@@ -34,9 +36,13 @@ use crate::config::{ShieldConfig, ToolConfig};
 /// A shielded tool behind one type: what the [`ToolRouter`] holds.
 pub type BoxTool = BoxCloneSyncService<ToolRequest, ToolResponse, ToolError>;
 
-/// The layers of one tool, built and checked once.
+/// The layers of one tool, built and checked once, each holding that tool's policy: a
+/// call finds its settings in the stack that wraps its tool, never by name.
 #[derive(Clone)]
 struct ToolLayers {
+    kind: Option<CallKind>,
+    validate: Option<ValidateLayer>,
+    cache: CacheLayer,
     deadline: Option<DeadlineLayer>,
     idempotency: IdempotencyLayer,
     retry: RetryLayer,
@@ -44,7 +50,7 @@ struct ToolLayers {
     timeout: TimeoutLayer,
 }
 
-/// The default stack of DESIGN §3 built from a [`ShieldConfig`], with its shared
+/// The default stack (see docs/layer-order.md) built from a [`ShieldConfig`], with its shared
 /// state: breaker registries, the result cache, the idempotency store, the schemas.
 ///
 /// Cloning is cheap and every clone (and every service it wraps) shares that state.
@@ -81,7 +87,6 @@ pub struct Shield {
     breakers: BTreeMap<String, BreakerRegistry>,
     cache: CacheLayer,
     idempotency_store: Arc<dyn IdempotencyStore>,
-    validate: ValidateLayer,
     metrics: MetricsLayer,
     exporter: Option<PrometheusExporter>,
     provenance: ProvenanceLayer,
@@ -117,27 +122,10 @@ impl Shield {
     ) -> Result<Self, ConfigError> {
         config.validate()?;
 
-        let mut schemas = Schemas::builder();
-        for (name, tool) in &config.tools {
-            if let Some(schema) = &tool.schema {
-                schemas = schemas.tool(name.as_str(), schema.clone());
-            }
-        }
-        let validate = ValidateLayer::new(schemas.build()?);
-
-        let cache = CacheLayer::with_store(
-            CacheConfig {
-                default_ttl: config.defaults.cache.ttl,
-                stale_if_error: config.defaults.cache.stale_if_error.unwrap_or_default(),
-                per_user: config.defaults.cache.per_user.unwrap_or(false),
-                tools: config
-                    .tools
-                    .iter()
-                    .map(|(name, t)| (name.clone(), t.cache.clone()))
-                    .collect(),
-            },
-            cache_store,
-        )?;
+        // One store, one single-flight table and one set of counters; each tool's layer
+        // adds its own policy.
+        let cache = CacheLayer::with_store(CacheConfig::from(&config.defaults.cache), cache_store)
+            .map_err(|e| e.prefixed("defaults.cache"))?;
 
         let default_registry = BreakerRegistry::new(config.defaults.breaker.clone())
             .map_err(|e| e.prefixed("defaults.breaker"))?;
@@ -148,7 +136,19 @@ impl Shield {
                      path: &str,
                      registry: BreakerRegistry|
          -> Result<ToolLayers, ConfigError> {
+            let validate = match &tool.schema {
+                Some(schema) => Some(ValidateLayer::new(
+                    Schema::new(schema.clone())
+                        .map_err(|e| e.prefixed(&format!("{path}.schema")))?,
+                )),
+                None => None,
+            };
             Ok(ToolLayers {
+                kind: tool.kind,
+                validate,
+                cache: cache
+                    .with_config(CacheConfig::from(&tool.cache))
+                    .map_err(|e| e.prefixed(&format!("{path}.cache")))?,
                 deadline: DeadlineLayer::from_config(&tool.timeout)
                     .map_err(|e| e.prefixed(&format!("{path}.timeout")))?,
                 idempotency: IdempotencyLayer::with_store(
@@ -156,7 +156,7 @@ impl Shield {
                     idempotency_store.clone(),
                 )
                 .map_err(|e| e.prefixed(&format!("{path}.idempotency")))?,
-                retry: RetryLayer::from_config(tool.retry.clone())
+                retry: RetryLayer::from_config(&tool.retry)
                     .map_err(|e| e.prefixed(&format!("{path}.retry")))?,
                 breaker: BreakerLayer::new(registry),
                 timeout: TimeoutLayer::from_config(&tool.timeout)
@@ -192,7 +192,6 @@ impl Shield {
             breakers,
             cache,
             idempotency_store,
-            validate,
             metrics,
             exporter: None,
             provenance: ProvenanceLayer::new(),
@@ -313,29 +312,26 @@ impl Shield {
         if let (Some(exporter), Some(chain)) = (&self.exporter, &fallback) {
             exporter.add_collector(FallbackMetrics::new(tool, chain.stats(), exporter.target()));
         }
+        // The one lookup by name, when the stack is built; calls find their policy in it.
         let l = self.tools.get(tool).unwrap_or(&self.defaults).clone();
-        let kind = self
-            .config
-            .tools
-            .get(tool)
-            .map_or(self.config.defaults.kind, |t| t.kind);
+        let metrics = self.metrics.for_tool(tool);
         let stack = ServiceBuilder::new()
-            .option_layer(kind.map(|kind| {
+            .option_layer(l.kind.map(|kind| {
                 MapRequestLayer::new(move |mut req: ToolRequest| {
                     req.apply_tool_kind(kind);
                     req
                 })
             }))
-            .layer(self.metrics.clone())
-            .layer(self.provenance.clone())
+            .layer(metrics.clone())
+            .layer(self.provenance.for_tool(tool))
             .layer(CancelLayer::new())
             .option_layer(l.deadline)
-            .layer(self.validate.clone())
-            .layer(self.cache.clone())
+            .option_layer(l.validate)
+            .layer(l.cache)
             .layer(l.idempotency)
             .option_layer(fallback)
             .layer(l.retry)
-            .layer(self.metrics.attempt_layer())
+            .layer(metrics.attempt_layer())
             // A caught panic is INTERNAL, which the breaker counts (it is never retried).
             .layer(l.breaker.classifier(CountPanics::new()))
             .layer(l.timeout)
@@ -465,12 +461,11 @@ impl RouterBuilder {
     }
 
     /// Registers an MCP-style server: every call named `{server}__{tool}` that has no
-    /// route of its own goes to `service` (with its full name), behind the shield with
+    /// route of its own goes to `service` (with its full name), behind a stack built with
     /// the settings of the section named `server`: kind, timeouts, retry, breaker
     /// settings, idempotency, cache policy and schema, and the metrics `tool` label is
-    /// `server` ([`ToolRequest::settings_name`]). Keys stay per tool: breakers, cache
-    /// entries and idempotency records use the full tool name, so one failing tool does
-    /// not open the breaker of its siblings.
+    /// `server`. Keys stay per tool: breakers, cache entries and idempotency records use
+    /// the full tool name, so one failing tool does not open the breaker of its siblings.
     pub fn server<S>(mut self, server: &str, service: S) -> Self
     where
         S: ToolService,
@@ -478,14 +473,9 @@ impl RouterBuilder {
         if !self.accept("servers", server) {
             return self;
         }
+        // The stack is built with the server's section: every tool behind it gets the
+        // server's policy by construction.
         let svc = self.shielded(server, service, None);
-        // The calls carry their full names; the layers shared by every tool look their
-        // settings up under the server's section.
-        let section: Arc<str> = Arc::from(server);
-        let svc = BoxTool::new(MapRequest::new(svc, move |mut req: ToolRequest| {
-            req.set_settings_name(Arc::clone(&section));
-            req
-        }));
         self.servers.insert(Arc::from(server), svc);
         self
     }

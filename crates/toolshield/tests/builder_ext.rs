@@ -1,4 +1,5 @@
-//! The whole default stack composed by hand with `ServiceBuilderExt`, one method per layer.
+//! The whole default stack composed by hand: `ServiceBuilderExt` for the layers built
+//! from arguments, `.layer(..)` for the ones built already.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -12,8 +13,7 @@ use toolshield::idempotency::{IdempotencyConfig, IdempotencyLayer};
 use toolshield::metrics::MetricsLayer;
 use toolshield::prelude::*;
 use toolshield::provenance::ProvenanceLayer;
-use toolshield::retry::RetryLayer;
-use toolshield::validate::Schemas;
+use toolshield::validate::Schema;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 
 #[tokio::test(start_paused = true)]
@@ -31,25 +31,19 @@ async fn every_layer_composes_in_the_default_order() {
         }
     });
     let metrics = MetricsLayer::new(["weather"]).unwrap();
-    let schemas = Schemas::builder()
-        .tool("weather", json!({"type": "object", "required": ["city"]}))
-        .build()
-        .unwrap();
+    let schema = Schema::new(json!({"type": "object", "required": ["city"]})).unwrap();
     let svc = ServiceBuilder::new()
-        .call_metrics(metrics.clone())
-        .provenance(ProvenanceLayer::new())
+        .layer(metrics.clone())
+        .layer(ProvenanceLayer::new())
         .cancellable()
         .total_deadline(Duration::from_secs(30))
-        .validated(schemas)
-        .result_cache(
-            CacheLayer::new(CacheConfig::default().with_ttl("weather", Duration::from_secs(60)))
-                .unwrap(),
-        )
-        .idempotent_mutations(IdempotencyLayer::new(IdempotencyConfig::default()).unwrap())
-        .fallback_tiers(FallbackLayer::new())
-        .retries(RetryLayer::default())
+        .validated(schema)
+        .layer(CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(60))).unwrap())
+        .layer(IdempotencyLayer::new(IdempotencyConfig::default()).unwrap())
+        .layer(FallbackLayer::new())
+        .retries(3)
         .attempt_metrics(&metrics)
-        .circuit_breaker(BreakerLayer::from_config(BreakerConfig::default()).unwrap())
+        .layer(BreakerLayer::from_config(&BreakerConfig::default()).unwrap())
         .attempt_timeout(Duration::from_secs(5), Some(Duration::from_secs(2)))
         .service(tool);
 

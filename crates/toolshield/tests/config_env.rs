@@ -7,10 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolshield::ShieldConfig;
 use toolshield_core::{CallKind, ConfigError};
-
-fn fields(err: &ConfigError) -> Vec<&str> {
-    err.problems().iter().map(|p| p.field.as_str()).collect()
-}
+use toolshield_test::problem_fields;
 
 fn message<'a>(err: &'a ConfigError, field: &str) -> &'a str {
     err.problems()
@@ -63,7 +60,7 @@ fn override_naming_no_tool_is_a_problem_listed_with_the_others() {
     )
     .unwrap_err();
     assert_eq!(
-        fields(&err),
+        problem_fields(&err),
         [
             "TOOLSHIELD_TOOLS__WEATHR__CACHE__TTL",
             "defaults.retry.max_attempts"
@@ -83,7 +80,11 @@ fn override_of_a_name_two_tools_share_ignoring_case_is_a_problem() {
         [("TOOLSHIELD_TOOLS__WEATHER__KIND", "read_only")],
     )
     .unwrap_err();
-    assert_eq!(fields(&err), ["TOOLSHIELD_TOOLS__WEATHER__KIND"], "{err}");
+    assert_eq!(
+        problem_fields(&err),
+        ["TOOLSHIELD_TOOLS__WEATHER__KIND"],
+        "{err}"
+    );
 }
 
 #[test]
@@ -101,7 +102,7 @@ fn override_inside_schema_is_a_problem() {
     )
     .unwrap_err();
     assert_eq!(
-        fields(&err),
+        problem_fields(&err),
         [
             "TOOLSHIELD_DEFAULTS__SCHEMA__TYPE",
             "TOOLSHIELD_TOOLS__PAY__SCHEMA__ADDITIONALPROPERTIES"
@@ -148,7 +149,7 @@ fn misspelt_override_names_are_problems_other_readers_variables_are_not() {
         ],
     )
     .unwrap_err();
-    let mut got = fields(&err);
+    let mut got = problem_fields(&err);
     got.sort_unstable();
     assert_eq!(
         got,
@@ -184,7 +185,7 @@ fn override_through_a_value_that_is_not_a_table_is_a_problem() {
     )
     .unwrap_err();
     assert_eq!(
-        fields(&err),
+        problem_fields(&err),
         ["TOOLSHIELD_DEFAULTS__KIND__READ", "TOOLSHIELD_ENABLED__NOW"],
         "{err}"
     );
@@ -201,7 +202,10 @@ fn two_variables_setting_one_key_in_different_case_are_a_problem() {
     )
     .unwrap_err();
     assert_eq!(err.problems().len(), 1, "{err}");
-    assert!(fields(&err)[0].starts_with("TOOLSHIELD_TOOLS__"), "{err}");
+    assert!(
+        problem_fields(&err)[0].starts_with("TOOLSHIELD_TOOLS__"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -209,7 +213,7 @@ fn json_config_with_a_tool_twice_is_rejected() {
     let text =
         r#"{"tools": {"pay": {"kind": "mutating"}, "weather": {}, "pay": {"kind": "read_only"}}}"#;
     let err = ShieldConfig::from_json_str(text).unwrap_err();
-    assert_eq!(fields(&err), ["tools.pay"], "{err}");
+    assert_eq!(problem_fields(&err), ["tools.pay"], "{err}");
     assert!(message(&err, "tools.pay").contains("`pay`"), "{err}");
 
     // The same key in two items of an array is not a duplicate.
@@ -230,7 +234,7 @@ fn json_config_with_a_tool_twice_is_rejected() {
     .unwrap();
     let err = ShieldConfig::load(&path).unwrap_err();
     std::fs::remove_dir_all(&dir).ok();
-    let mut got = fields(&err);
+    let mut got = problem_fields(&err);
     got.sort_unstable();
     assert_eq!(got, ["defaults.retry.max_attempts", "tools.a"], "{err}");
 }

@@ -69,3 +69,16 @@ pub async fn request(method: &'static str, url: String, token: Option<&str>) -> 
     .await
     .unwrap()
 }
+
+/// `(key, state)` of every breaker an `/admin/breakers` answer lists, in its order.
+pub fn breaker_states(body: &serde_json::Value) -> Vec<(String, String)> {
+    body["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let s = |f: &str| b[f].as_str().unwrap().to_owned();
+            (s("key"), s("state"))
+        })
+        .collect()
+}

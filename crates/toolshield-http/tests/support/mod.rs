@@ -194,3 +194,31 @@ pub fn refusing_addr() -> SocketAddr {
     drop(listener);
     addr
 }
+
+/// A retry layer of `attempts` attempts without backoff or budget: a test's retries go
+/// out at once, however many it makes.
+pub fn retry_now(attempts: u32) -> toolshield_retry::RetryLayer {
+    toolshield_retry::RetryLayer::from_config(&toolshield_retry::RetryConfig {
+        max_attempts: attempts,
+        backoff: toolshield_retry::BackoffStrategy::None,
+        budget: toolshield_retry::BudgetConfig {
+            enabled: false,
+            ..toolshield_retry::BudgetConfig::default()
+        },
+        ..toolshield_retry::RetryConfig::default()
+    })
+    .unwrap()
+}
+
+/// The full stack with 3 attempts and no backoff by default.
+pub fn shield() -> toolshield::shield::Shield {
+    let cfg = toolshield::config::ShieldConfig::from_toml_str(
+        r#"
+        [defaults.retry]
+        max_attempts = 3
+        backoff = { strategy = "none" }
+        "#,
+    )
+    .unwrap();
+    toolshield::shield::Shield::from_config(cfg).unwrap()
+}

@@ -1,4 +1,4 @@
-//! [`BreakerMetrics`]: the breaker metrics of DESIGN §5, read from a
+//! [`BreakerMetrics`]: the breaker metrics (docs/observability.md), read from a
 //! [`BreakerRegistry`] at scrape time and rendered with a bounded `key` label.
 
 use std::collections::{HashMap, HashSet};
@@ -9,13 +9,13 @@ use toolshield_breaker::{
     BreakerRegistry, BreakerStatus, CircuitState, EvictedCounts, TransitionCount,
 };
 
-use crate::layer::MAX_TOOLS;
-use crate::names::{
+use toolshield_metrics::names::{
     CIRCUIT_BREAKER_REJECTIONS_TOTAL, CIRCUIT_BREAKER_STATE, CIRCUIT_BREAKER_TRANSITIONS_TOTAL,
     OTHER_TOOL,
 };
-use crate::prometheus::Collect;
-use crate::target::MetricsTarget;
+use toolshield_metrics::Collect;
+use toolshield_metrics::MetricsTarget;
+use toolshield_metrics::MAX_TOOLS;
 
 const STATES: usize = CircuitState::ALL.len();
 
@@ -112,7 +112,7 @@ struct Row<'a> {
 /// recorder's families: the series of a key exist exactly while its breaker is held, so an
 /// evicted key is gone from the next scrape (a `metrics` recorder cannot remove a series).
 /// The breaker's hot path carries no metrics code. Register it with
-/// [`PrometheusExporter::add_collector`](crate::PrometheusExporter::add_collector).
+/// [`PrometheusExporter::add_collector`](toolshield_metrics::PrometheusExporter::add_collector).
 ///
 /// **The `key` label is bounded**, as the `tool` label is. Keys are named when they are
 /// *known*: the keys given to [`known_keys`](Self::known_keys), or, without such a list,

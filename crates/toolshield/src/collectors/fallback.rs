@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use metrics::{Key, Label};
 use toolshield_fallback::FallbackStats;
+use toolshield_metrics::metrics::{self, Key, Label};
 
-use crate::prometheus::Collect;
-use crate::target::MetricsTarget;
+use toolshield_metrics::Collect;
+use toolshield_metrics::MetricsTarget;
 
 /// `tool_fallback_handovers_total{tool,tier}`: calls handed to each fallback tier.
 pub const TOOL_FALLBACK_HANDOVERS_TOTAL: &str = "tool_fallback_handovers_total";
@@ -17,7 +17,7 @@ pub const TOOL_FALLBACK_EXHAUSTED_TOTAL: &str = "tool_fallback_exhausted_total";
 /// Exports the hand-over counters of one tool's fallback chain. The `tier` label takes the
 /// tier names the application configured, so it stays bounded.
 ///
-/// Register it with [`PrometheusExporter::add_collector`](crate::PrometheusExporter::add_collector);
+/// Register it with [`PrometheusExporter::add_collector`](toolshield_metrics::PrometheusExporter::add_collector);
 /// the values are copied from the chain's counters each time it is scraped.
 #[derive(Debug, Clone)]
 pub struct FallbackMetrics {

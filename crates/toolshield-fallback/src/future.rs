@@ -1,0 +1,302 @@
+//! [`ResponseFuture`]: the primary, then the tiers, then the escalation hook.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use tower::ServiceExt;
+
+use crate::policy::{combine, Escalation, FallbackFailure};
+use crate::shared::{BoxFuture, Shared};
+
+pin_project! {
+    /// The future of [`Fallback`].
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+        req: Option<ToolRequest>,
+        shared: Arc<Shared>,
+        errors: Vec<(Arc<str>, ToolError)>,
+        escalations: u32,
+        // Tiers that failed with an error after which they may have run (anything but
+        // CIRCUIT_OPEN): a mutation is never sent to them again.
+        ran: Vec<usize>,
+        // Whether any request of this call was `Mutating`.
+        mutating: bool,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Primary { #[pin] fut: F },
+        Tier { fut: BoxFuture<Result<ToolResponse, ToolError>>, index: usize },
+        Escalating { fut: BoxFuture<Escalation> },
+        Done,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    /// Starts with the primary's future; `req` is kept only when there are tiers.
+    pub(crate) fn new(
+        primary: F,
+        req: Option<ToolRequest>,
+        shared: Arc<Shared>,
+        mutating: bool,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Primary { fut: primary },
+            req,
+            shared,
+            errors: Vec::new(),
+            escalations: 0,
+            ran: Vec::new(),
+            mutating,
+        }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("errors", &self.errors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+const PRIMARY: &str = "primary";
+
+impl<F, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<ToolResponse, E>>,
+    E: Into<ToolError>,
+{
+    type Output = Result<ToolResponse, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            // `from` is the index of the next tier to consider after a failure.
+            let (failed_at, error, from) = match this.state.as_mut().project() {
+                StateProj::Primary { fut } => match fut.poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(res)) => {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(res));
+                    }
+                    Poll::Ready(Err(e)) => (Arc::<str>::from(PRIMARY), e.into(), 0),
+                },
+                StateProj::Tier { fut, index } => match fut.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(mut res)) => {
+                        res.provenance.tier = Some(this.shared.tiers[*index].name.clone());
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(res));
+                    }
+                    Poll::Ready(Err(e)) => {
+                        if e.kind() != ErrorKind::CircuitOpen {
+                            this.ran.push(*index);
+                        }
+                        (this.shared.tiers[*index].name.clone(), e, *index + 1)
+                    }
+                },
+                StateProj::Escalating { fut } => {
+                    // The hook is application code: a panic in it ends this call with
+                    // INTERNAL instead of unwinding through the stack.
+                    let polled = panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)));
+                    let decision = match polled {
+                        Ok(Poll::Pending) => return Poll::Pending,
+                        Ok(Poll::Ready(d)) => d,
+                        Err(payload) => {
+                            let error = hook_panicked(&payload, this.errors);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                    };
+                    *this.escalations += 1;
+                    match decision {
+                        Escalation::Abort => {
+                            let error = combine(this.errors);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                        Escalation::Skip(mut res) => {
+                            res.provenance.tier = Some(Arc::from("escalation"));
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(res));
+                        }
+                        Escalation::Retry => {}
+                        Escalation::Modify(req) => {
+                            *this.mutating |= req.call_kind() == CallKind::Mutating;
+                            *this.req = Some(req);
+                        }
+                    }
+                    // A new round, as a hand-over from the last error: the predicates
+                    // decide again, and a mutation never goes back to a tier it may have
+                    // run on.
+                    let Some((last_tier, last_error)) = this.errors.last() else {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(ToolError::internal(
+                            "fallback escalated without an error",
+                        )));
+                    };
+                    let skip: &[usize] = if *this.mutating { this.ran } else { &[] };
+                    match start_tier(
+                        this.shared,
+                        this.req,
+                        0,
+                        Some(last_tier),
+                        Some(last_error),
+                        skip,
+                    ) {
+                        Some(next) => {
+                            this.errors.clear();
+                            this.state.set(next);
+                            continue;
+                        }
+                        None => {
+                            // No tier may take it: the last round's errors stand.
+                            let error = combine(this.errors);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                    }
+                }
+                StateProj::Done => {
+                    return Poll::Ready(Err(ToolError::internal(
+                        "fallback future polled after completion",
+                    )))
+                }
+            };
+
+            let skip: &[usize] = if *this.mutating { this.ran } else { &[] };
+            let next = start_tier(
+                this.shared,
+                this.req,
+                from,
+                Some(&failed_at),
+                Some(&error),
+                skip,
+            );
+            this.errors.push((failed_at, error));
+            if let Some(next) = next {
+                this.state.set(next);
+                continue;
+            }
+
+            // No tier takes the primary's error: it goes back as it was.
+            if this.errors.len() == 1 && from == 0 && *this.escalations == 0 {
+                let (_, error) = this.errors.pop().unwrap_or_else(|| {
+                    (
+                        Arc::from(PRIMARY),
+                        ToolError::internal("fallback lost its error"),
+                    )
+                });
+                this.state.set(State::Done);
+                return Poll::Ready(Err(error));
+            }
+
+            this.shared.stats.exhausted.fetch_add(1, Ordering::Relaxed);
+            if let (Some(hook), Some(req)) = (&this.shared.escalate, this.req.as_ref()) {
+                if *this.escalations < this.shared.max_escalations {
+                    this.shared
+                        .stats
+                        .escalations
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        target: "toolshield::fallback",
+                        tool = req.tool(),
+                        tiers = this.errors.len(),
+                        "every tier failed; escalating"
+                    );
+                    let failure = FallbackFailure {
+                        request: req.clone(),
+                        errors: this.errors.clone(),
+                        escalations: *this.escalations,
+                    };
+                    match panic::catch_unwind(AssertUnwindSafe(|| hook(failure))) {
+                        Ok(fut) => {
+                            this.state.set(State::Escalating { fut });
+                            continue;
+                        }
+                        Err(payload) => {
+                            let error = hook_panicked(&payload, this.errors);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                    }
+                }
+            }
+            let error = combine(this.errors);
+            this.state.set(State::Done);
+            return Poll::Ready(Err(error));
+        }
+    }
+}
+
+/// The `INTERNAL` error of a panicking escalation hook; the tiers' errors are its source.
+/// The panic text is logged, never put in the error (it may hold anything).
+#[cold]
+fn hook_panicked(
+    payload: &Box<dyn std::any::Any + Send>,
+    errors: &[(Arc<str>, ToolError)],
+) -> ToolError {
+    let text = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a non-string panic payload");
+    tracing::error!(
+        target: "toolshield::fallback",
+        panic = text,
+        "the fallback escalation hook panicked"
+    );
+    let error = ToolError::internal("the fallback escalation hook panicked");
+    if errors.is_empty() {
+        error
+    } else {
+        error.with_source(combine(errors))
+    }
+}
+
+/// The first tier at or after `from`, not in `skip`, whose predicate accepts `error`,
+/// already called.
+fn start_tier<F>(
+    shared: &Arc<Shared>,
+    req: &Option<ToolRequest>,
+    from: usize,
+    failed_at: Option<&Arc<str>>,
+    error: Option<&ToolError>,
+    skip: &[usize],
+) -> Option<State<F>> {
+    let req = req.as_ref()?;
+    let (index, tier) = shared
+        .tiers
+        .iter()
+        .enumerate()
+        .skip(from)
+        .filter(|(i, _)| !skip.contains(i))
+        .find(|(_, t)| error.is_none_or(|e| (t.predicate)(req, e)))?;
+    if let (Some(from_tier), Some(e)) = (failed_at, error) {
+        tracing::info!(
+            target: "toolshield::fallback",
+            tool = req.tool(),
+            from = &**from_tier,
+            to = &*tier.name,
+            code = e.code(),
+            "handing over to the next tier"
+        );
+    }
+    shared.stats.tiers[index].1.fetch_add(1, Ordering::Relaxed);
+    let fut = tier.service.clone().oneshot(req.clone());
+    Some(State::Tier {
+        fut: Box::pin(fut),
+        index,
+    })
+}

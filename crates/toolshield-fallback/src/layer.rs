@@ -1,0 +1,133 @@
+//! [`FallbackLayer`]: the chain's configuration.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use toolshield_core::{ToolError, ToolRequest, ToolService};
+use tower::util::BoxCloneSyncService;
+use tower_layer::Layer;
+
+use crate::policy::{default_hand_over, Escalation, FallbackFailure};
+use crate::service::Fallback;
+use crate::shared::{EscalateFn, Shared, Tier};
+use crate::stats::FallbackStats;
+
+/// Configures a fallback chain; [`Layer::layer`] puts it around the primary service.
+/// Every service built from one layer shares its [`FallbackStats`].
+#[derive(Clone)]
+pub struct FallbackLayer {
+    shared: Arc<Shared>,
+}
+
+impl Default for FallbackLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for FallbackLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.shared.tiers.iter().map(|t| &*t.name).collect();
+        f.debug_struct("FallbackLayer")
+            .field("tiers", &names)
+            .field("escalate", &self.shared.escalate.is_some())
+            .field("max_escalations", &self.shared.max_escalations)
+            .finish()
+    }
+}
+
+impl FallbackLayer {
+    /// An empty chain (a pass-through until tiers are added).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::from_parts(Vec::new(), None, 1)
+    }
+
+    fn from_parts(tiers: Vec<Tier>, escalate: Option<EscalateFn>, max_escalations: u32) -> Self {
+        let stats = Arc::new(FallbackStats {
+            tiers: tiers
+                .iter()
+                .map(|t| (t.name.clone(), AtomicU64::new(0)))
+                .collect(),
+            ..FallbackStats::default()
+        });
+        FallbackLayer {
+            shared: Arc::new(Shared {
+                tiers,
+                escalate,
+                max_escalations,
+                stats,
+            }),
+        }
+    }
+
+    /// A copy of this configuration changed by `f` (with fresh counters: the tiers may
+    /// have changed).
+    fn rebuild(self, f: impl FnOnce(&mut Vec<Tier>, &mut Option<EscalateFn>, &mut u32)) -> Self {
+        let mut tiers = self.shared.tiers.clone();
+        let mut escalate = self.shared.escalate.clone();
+        let mut max = self.shared.max_escalations;
+        f(&mut tiers, &mut escalate, &mut max);
+        Self::from_parts(tiers, escalate, max)
+    }
+
+    /// The hand-over counters shared by every service built from this layer.
+    pub fn stats(&self) -> Arc<FallbackStats> {
+        self.shared.stats.clone()
+    }
+
+    /// Adds a tier with the [`default_hand_over`] rule.
+    #[must_use]
+    pub fn tier<S>(self, name: impl Into<Arc<str>>, service: S) -> Self
+    where
+        S: ToolService,
+    {
+        self.tier_when(name, service, default_hand_over)
+    }
+
+    /// Adds a tier that takes over when `predicate(request, error)` holds for the error
+    /// of the tier before it.
+    #[must_use]
+    pub fn tier_when<S, P>(self, name: impl Into<Arc<str>>, service: S, predicate: P) -> Self
+    where
+        S: ToolService,
+        P: Fn(&ToolRequest, &ToolError) -> bool + Send + Sync + 'static,
+    {
+        let tier = Tier {
+            name: name.into(),
+            service: BoxCloneSyncService::new(service),
+            predicate: Arc::new(predicate),
+        };
+        self.rebuild(|tiers, _, _| tiers.push(tier))
+    }
+
+    /// The last resort when every tier failed: the hook decides to abort, skip with a
+    /// substitute result, or retry the tiers (at most `max_escalations` times per call,
+    /// default 1; see [`max_escalations`](Self::max_escalations)).
+    #[must_use]
+    pub fn escalate<F, Fut>(self, hook: F) -> Self
+    where
+        F: Fn(FallbackFailure) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Escalation> + Send + 'static,
+    {
+        let hook: EscalateFn = Arc::new(move |failure| Box::pin(hook(failure)));
+        self.rebuild(|_, escalate, _| *escalate = Some(hook))
+    }
+
+    /// How many times one call may be escalated and re-run (default 1). Past it, the
+    /// combined error is returned.
+    #[must_use]
+    pub fn max_escalations(self, n: u32) -> Self {
+        self.rebuild(|_, _, max| *max = n)
+    }
+}
+
+impl<S> Layer<S> for FallbackLayer {
+    type Service = Fallback<S>;
+
+    fn layer(&self, inner: S) -> Fallback<S> {
+        Fallback::new(inner, self.shared.clone())
+    }
+}

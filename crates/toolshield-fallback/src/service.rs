@@ -1,0 +1,76 @@
+//! [`Fallback`]: the primary service and its chain.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::shared::Shared;
+use crate::stats::FallbackStats;
+
+/// Calls the primary service and, when it fails in a way a tier accepts, the tiers in
+/// order.
+#[derive(Clone)]
+pub struct Fallback<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Fallback<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fallback")
+            .field("inner", &self.inner)
+            .field("tiers", &self.shared.tiers.len())
+            .finish()
+    }
+}
+
+impl<S> Fallback<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Fallback { inner, shared }
+    }
+
+    /// Hand-over counters of this chain (shared by every clone).
+    pub fn stats(&self) -> &FallbackStats {
+        &self.shared.stats
+    }
+
+    /// The primary service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The primary service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the primary service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<ToolRequest> for Fallback<S>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<ToolError>,
+{
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ToolRequest) -> Self::Future {
+        // Only keep a copy of the request (a few refcounts) when there is somewhere to go.
+        let keep = (!self.shared.tiers.is_empty()).then(|| req.clone());
+        let mutating = req.call_kind() == CallKind::Mutating;
+        ResponseFuture::new(self.inner.call(req), keep, self.shared.clone(), mutating)
+    }
+}

@@ -1,0 +1,25 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+pub mod alloc;
+mod bare;
+mod call;
+mod config;
+mod counting;
+mod logs;
+mod script;
+
+pub use bare::{BareTool, FailOnPayload};
+pub use call::{block_on, call, call_blocking, call_now};
+pub use config::problem_fields;
+pub use counting::{counting_tool, CountingTool};
+pub use logs::LogCapture;
+pub use script::{gaps, ScriptedTool, Seen};
+
+/// A boxed, cloneable tool service: what most helpers of this crate return, and what a
+/// test stores when it keeps one tool type for every case.
+pub type BoxedTool = tower::util::BoxCloneService<
+    toolshield_core::ToolRequest,
+    toolshield_core::ToolResponse,
+    toolshield_core::ToolError,
+>;

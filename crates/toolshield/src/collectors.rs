@@ -1,0 +1,9 @@
+//! Prometheus collectors for the state the breaker and fallback layers keep, read at
+//! scrape time. They live in the facade, which knows every layer, so that
+//! `toolshield-metrics` depends on no other layer.
+
+mod breaker;
+mod fallback;
+
+pub use breaker::BreakerMetrics;
+pub use fallback::{FallbackMetrics, TOOL_FALLBACK_EXHAUSTED_TOTAL, TOOL_FALLBACK_HANDOVERS_TOTAL};
