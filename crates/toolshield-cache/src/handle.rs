@@ -1,24 +1,20 @@
 //! Counters and the handle of a cache layer.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use toolshield_core::ToolError;
+use toolshield_store::Counter;
 
 use crate::flight::Flights;
 use crate::store::CacheStore;
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) hits: AtomicU64,
-    pub(crate) misses: AtomicU64,
-    pub(crate) coalesced: AtomicU64,
-    pub(crate) stale: AtomicU64,
-    pub(crate) store_errors: AtomicU64,
-}
-
-pub(crate) fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+    pub(crate) hits: Counter,
+    pub(crate) misses: Counter,
+    pub(crate) coalesced: Counter,
+    pub(crate) stale: Counter,
+    pub(crate) store_errors: Counter,
 }
 
 /// A snapshot of the cache counters (exported as `tool_cache_hits_total` and
@@ -64,13 +60,12 @@ impl CacheHandle {
     /// The counters now.
     pub fn counts(&self) -> CacheCounts {
         let c = &self.shared.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         CacheCounts {
-            hits: l(&c.hits),
-            misses: l(&c.misses),
-            coalesced: l(&c.coalesced),
-            stale: l(&c.stale),
-            store_errors: l(&c.store_errors),
+            hits: c.hits.get(),
+            misses: c.misses.get(),
+            coalesced: c.coalesced.get(),
+            stale: c.stale.get(),
+            store_errors: c.store_errors.get(),
         }
     }
 

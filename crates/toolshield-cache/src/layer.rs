@@ -21,8 +21,8 @@ use crate::store::CacheStore;
 /// never by looking its name up.
 #[derive(Clone)]
 pub struct CacheLayer {
-    shared: Arc<Shared>,
-    config: CacheConfig,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) config: CacheConfig,
 }
 
 impl std::fmt::Debug for CacheLayer {
@@ -82,6 +82,6 @@ impl<S> Layer<S> for CacheLayer {
     type Service = Cache<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Cache::new(inner, Arc::clone(&self.shared), self.config)
+        Cache::new(inner, self.clone())
     }
 }

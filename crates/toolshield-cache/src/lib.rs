@@ -63,6 +63,7 @@ pub use config::{CacheConfig, ToolCacheConfig};
 pub use future::ResponseFuture;
 pub use handle::{CacheCounts, CacheHandle};
 pub use layer::CacheLayer;
-pub use memory::{InMemoryCacheStore, MemoryCacheConfig};
+pub use memory::InMemoryCacheStore;
 pub use service::{storage_key, Cache, PerUser};
 pub use store::{CacheLookup, CacheStore, StoreError, StoreFuture};
+pub use toolshield_store::MemoryBounds;

@@ -1,17 +1,18 @@
 //! [`Cache`]: the service and its hit / miss / single-flight / stale-if-error paths.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use chrono::Utc;
 use toolshield_core::keys;
 use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
 use crate::config::CacheConfig;
 use crate::flight::Join;
 use crate::future::ResponseFuture;
-use crate::handle::{bump, Shared};
+use crate::handle::Shared;
+use crate::layer::CacheLayer;
 
 /// Marks a request whose result belongs to its caller: its cache key is namespaced by
 /// the caller id whatever the tool's configuration (`req.extension(PerUser)`).
@@ -48,55 +49,9 @@ pub fn storage_key(tool: &str, caller: Option<&str>, digest: &Digest) -> String 
     keys::storage_key("cache", tool, caller, hex)
 }
 
-/// The cache service: see [`CacheLayer`](crate::CacheLayer).
-pub struct Cache<S> {
-    inner: S,
-    shared: Arc<Shared>,
-    policy: CacheConfig,
-}
-
-impl<S: Clone> Clone for Cache<S> {
-    fn clone(&self) -> Self {
-        Cache {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-            policy: self.policy,
-        }
-    }
-}
-
-impl<S: std::fmt::Debug> std::fmt::Debug for Cache<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cache")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> Cache<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>, policy: CacheConfig) -> Self {
-        Cache {
-            inner,
-            shared,
-            policy,
-        }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
+/// The cache service: see [`CacheLayer`]. A [`StoreService`] whose [`StorePath`] is the
+/// layer's (below).
+pub type Cache<S> = StoreService<S, CacheLayer>;
 
 /// The storage key of `req` under `policy`, or `None` when the request is not cached.
 pub(crate) fn key_for(req: &ToolRequest, policy: &CacheConfig) -> Option<String> {
@@ -115,31 +70,24 @@ pub(crate) fn key_for(req: &ToolRequest, policy: &CacheConfig) -> Option<String>
     Some(storage_key(req.tool(), caller, &digest))
 }
 
-impl<S> Service<ToolRequest> for Cache<S>
-where
-    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
-    S::Error: Into<ToolError> + Send,
-    S::Future: Send + 'static,
-{
+impl StorePath<ToolRequest> for CacheLayer {
     type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: ToolRequest) -> Self::Future {
+    fn call<S>(&self, inner: &mut S, req: ToolRequest) -> ResponseFuture<S::Future>
+    where
+        S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+        S::Error: Into<ToolError> + Send,
+        S::Future: Send + 'static,
+    {
         if !req.call_kind().is_cacheable() {
-            return ResponseFuture::passthrough(self.inner.call(req));
+            return ResponseFuture::passthrough(inner.call(req));
         }
-        let policy = self.policy;
+        let policy = self.config;
         let Some(key) = key_for(&req, &policy) else {
-            return ResponseFuture::passthrough(self.inner.call(req));
+            return ResponseFuture::passthrough(inner.call(req));
         };
-        let clone = self.inner.clone();
-        let svc = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::cached(Box::pin(run(
+        let svc = take_ready(inner);
+        ResponseFuture::boxed(Box::pin(run(
             Arc::clone(&self.shared),
             svc,
             req,
@@ -178,20 +126,20 @@ where
         let mut stale: Option<ToolResponse> = None;
         match shared.store.get(&key).await {
             Ok(Some(found)) if found.ttl_left > grace => {
-                bump(&counters.hits);
+                counters.hits.bump();
                 return Ok(hit(found.response));
             }
             Ok(Some(found)) => stale = Some(found.response),
             Ok(None) => {}
             Err(e) => {
-                bump(&counters.store_errors);
+                counters.store_errors.bump();
                 tracing::warn!(error = %e, "cache store unavailable: calling the tool");
             }
         }
         match shared.flights.join(&key) {
             Join::Follow(follower) => match follower.wait().await {
                 Some(result) => {
-                    bump(&counters.coalesced);
+                    counters.coalesced.bump();
                     return result.map(hit);
                 }
                 // The leader was dropped or cancelled: look again, and lead if nobody
@@ -202,7 +150,7 @@ where
                 let Some((mut svc, req)) = call.take() else {
                     return Err(ToolError::internal("cache called the tool twice"));
                 };
-                bump(&counters.misses);
+                counters.misses.bump();
                 let result = svc.call(req).await.map_err(Into::into);
                 let result = match result {
                     Ok(mut resp) => {
@@ -212,7 +160,7 @@ where
                         if !resp.is_error() {
                             let ttl = policy.ttl.saturating_add(grace);
                             if let Err(e) = shared.store.put(&key, resp.clone(), ttl).await {
-                                bump(&counters.store_errors);
+                                counters.store_errors.bump();
                                 tracing::warn!(error = %e, "cache store unavailable: result not cached");
                             }
                         }
@@ -220,7 +168,7 @@ where
                     }
                     Err(e) => match stale {
                         Some(mut old) if !grace.is_zero() && serves_stale(e.kind()) => {
-                            bump(&counters.stale);
+                            counters.stale.bump();
                             tracing::warn!(code = e.code(), "serving a stale cache entry");
                             old.provenance.stale = true;
                             Ok(hit(old))

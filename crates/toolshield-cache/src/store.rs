@@ -13,16 +13,10 @@
 //! processes. Entries are [`ToolResponse`]s serialised as JSON (output and provenance;
 //! extensions are not kept).
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
-use toolshield_core::{ErrorKind, ToolError, ToolResponse};
-
-/// The future every store operation returns (boxed: stores do I/O, and it keeps the
-/// trait object-safe, `Arc<dyn CacheStore>`).
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+use toolshield_core::ToolResponse;
+pub use toolshield_store::{StoreError, StoreFuture};
 
 /// A live entry found by [`CacheStore::get`].
 #[derive(Debug, Clone)]
@@ -31,40 +25,6 @@ pub struct CacheLookup {
     pub response: ToolResponse,
     /// The time it has left in the store (`PTTL`).
     pub ttl_left: Duration,
-}
-
-/// A store could not do what was asked.
-#[derive(Debug, Clone)]
-pub struct StoreError {
-    message: String,
-}
-
-impl StoreError {
-    /// A store error with a short lowercase message.
-    pub fn new(message: impl Into<String>) -> Self {
-        StoreError {
-            message: message.into(),
-        }
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cache store: {}", self.message)
-    }
-}
-
-impl std::error::Error for StoreError {}
-
-impl From<StoreError> for ToolError {
-    fn from(e: StoreError) -> Self {
-        ToolError::from_source(ErrorKind::StoreUnavailable, e)
-    }
 }
 
 /// Where cached responses live. Keys are full storage keys

@@ -2,12 +2,12 @@
 
 use serde_json::json;
 use toolshield_cache::testing::contract;
-use toolshield_cache::{CacheStore, InMemoryCacheStore, MemoryCacheConfig};
+use toolshield_cache::{CacheStore, InMemoryCacheStore, MemoryBounds};
 use toolshield_core::ToolResponse;
 
 /// A store with these bounds, and the bounds.
-fn bounded(max_entries: u64, max_bytes: u64) -> (MemoryCacheConfig, InMemoryCacheStore) {
-    let cfg = MemoryCacheConfig {
+fn bounded(max_entries: u64, max_bytes: u64) -> (MemoryBounds, InMemoryCacheStore) {
+    let cfg = MemoryBounds {
         max_entries,
         max_bytes,
     };
@@ -36,19 +36,19 @@ fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
         store.put_now(&format!("cache:{{flood}}:{i}"), resp.clone(), ttl);
         if i % 10_000 == 9_999 {
             assert!(
-                store.entry_count() <= cfg.max_entries,
+                store.entries().len() <= cfg.max_entries,
                 "entries {} > bound at {i}",
-                store.entry_count()
+                store.entries().len()
             );
             assert!(
-                store.weighted_size() <= cfg.max_bytes,
+                store.entries().weighted_size() <= cfg.max_bytes,
                 "bytes {} > bound at {i}",
-                store.weighted_size()
+                store.entries().weighted_size()
             );
         }
     }
-    assert!(store.entry_count() <= cfg.max_entries);
-    assert!(store.entry_count() > 0);
+    assert!(store.entries().len() <= cfg.max_entries);
+    assert!(!store.entries().is_empty());
 }
 
 #[test]
@@ -62,11 +62,11 @@ fn the_byte_bound_holds_for_large_entries() {
             std::time::Duration::from_secs(60),
         );
     }
-    assert!(store.weighted_size() <= cfg.max_bytes);
+    assert!(store.entries().weighted_size() <= cfg.max_bytes);
     assert!(
-        store.entry_count() <= 10,
+        store.entries().len() <= 10,
         "10 KB entries in a 100 KB budget: {}",
-        store.entry_count()
+        store.entries().len()
     );
 }
 
@@ -89,7 +89,7 @@ fn entries_read_once_per_turn_survive_a_flood_of_one_off_keys() {
             }
         }
     }
-    assert!(store.entry_count() <= cfg.max_entries);
+    assert!(store.entries().len() <= cfg.max_entries);
     // Without reads, the same keys would have gone long ago.
     assert!(store.get_now("once:0").is_none());
 }
@@ -106,8 +106,8 @@ fn an_entry_larger_than_its_share_is_not_stored_and_replaces_nothing() {
         store.get_now("k").is_none(),
         "the older response is not served in place of the newer one"
     );
-    assert_eq!(store.entry_count(), 0);
-    assert_eq!(store.weighted_size(), 0);
+    assert_eq!(store.entries().len(), 0);
+    assert_eq!(store.entries().weighted_size(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -119,15 +119,15 @@ async fn expired_entries_are_freed_by_a_read_or_a_purge() {
     store.put_now("c", resp, std::time::Duration::from_secs(60));
     tokio::time::advance(std::time::Duration::from_secs(11)).await;
     assert_eq!(
-        store.entry_count(),
+        store.entries().len(),
         3,
         "nothing is freed before it is looked at"
     );
     assert!(store.get_now("a").is_none());
-    assert_eq!(store.entry_count(), 2, "the expired entry read is freed");
-    store.purge_expired();
+    assert_eq!(store.entries().len(), 2, "the expired entry read is freed");
+    store.entries().purge_expired();
     assert_eq!(
-        store.entry_count(),
+        store.entries().len(),
         1,
         "the purge frees the other expired entry"
     );
@@ -136,7 +136,7 @@ async fn expired_entries_are_freed_by_a_read_or_a_purge() {
 
 #[test]
 fn bounds_are_validated() {
-    let err = MemoryCacheConfig {
+    let err = MemoryBounds {
         max_entries: 0,
         max_bytes: 0,
     }
@@ -171,14 +171,14 @@ fn bounds_hold_under_concurrent_writers_readers_and_removers() {
                         }
                     }
                     if i % 1_000 == 0 {
-                        assert!(store.entry_count() <= cfg.max_entries);
-                        assert!(store.weighted_size() <= cfg.max_bytes);
+                        assert!(store.entries().len() <= cfg.max_entries);
+                        assert!(store.entries().weighted_size() <= cfg.max_bytes);
                     }
                 }
             });
         }
     });
-    assert!(store.entry_count() <= cfg.max_entries);
-    assert!(store.weighted_size() <= cfg.max_bytes);
-    assert!(store.entry_count() > 0);
+    assert!(store.entries().len() <= cfg.max_entries);
+    assert!(store.entries().weighted_size() <= cfg.max_bytes);
+    assert!(!store.entries().is_empty());
 }

@@ -1,7 +1,8 @@
 //! The layer's handle: counters for the metrics layer, and `forget` for reconciliation.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use toolshield_store::Counter;
 
 use toolshield_core::{ToolError, ToolRequest};
 
@@ -12,19 +13,15 @@ use crate::store::{IdempotencyRecord, IdempotencyStore};
 /// Counters shared by every clone of a layer and its services.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) executions: AtomicU64,
-    pub(crate) replays: AtomicU64,
-    pub(crate) waits: AtomicU64,
-    pub(crate) in_progress: AtomicU64,
-    pub(crate) conflicts: AtomicU64,
-    pub(crate) outcome_unknown: AtomicU64,
-    pub(crate) store_errors: AtomicU64,
-    pub(crate) takeovers: AtomicU64,
-    pub(crate) unrecorded: AtomicU64,
-}
-
-pub(crate) fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+    pub(crate) executions: Counter,
+    pub(crate) replays: Counter,
+    pub(crate) waits: Counter,
+    pub(crate) in_progress: Counter,
+    pub(crate) conflicts: Counter,
+    pub(crate) outcome_unknown: Counter,
+    pub(crate) store_errors: Counter,
+    pub(crate) takeovers: Counter,
+    pub(crate) unrecorded: Counter,
 }
 
 /// A snapshot of the idempotency counters (the metrics layer exports `replays` as
@@ -76,17 +73,16 @@ impl IdempotencyHandle {
     /// The counters now.
     pub fn counts(&self) -> IdempotencyCounts {
         let c = &self.shared.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         IdempotencyCounts {
-            executions: l(&c.executions),
-            replays: l(&c.replays),
-            waits: l(&c.waits),
-            in_progress: l(&c.in_progress),
-            conflicts: l(&c.conflicts),
-            outcome_unknown: l(&c.outcome_unknown),
-            store_errors: l(&c.store_errors),
-            takeovers: l(&c.takeovers),
-            unrecorded: l(&c.unrecorded),
+            executions: c.executions.get(),
+            replays: c.replays.get(),
+            waits: c.waits.get(),
+            in_progress: c.in_progress.get(),
+            conflicts: c.conflicts.get(),
+            outcome_unknown: c.outcome_unknown.get(),
+            store_errors: c.store_errors.get(),
+            takeovers: c.takeovers.get(),
+            unrecorded: c.unrecorded.get(),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::store::IdempotencyStore;
 /// [`IdempotencyHandle`].
 #[derive(Clone)]
 pub struct IdempotencyLayer {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for IdempotencyLayer {
@@ -67,6 +67,6 @@ impl<S> Layer<S> for IdempotencyLayer {
     type Service = Idempotency<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Idempotency::new(inner, Arc::clone(&self.shared))
+        Idempotency::new(inner, self.clone())
     }
 }

@@ -68,9 +68,10 @@ pub use future::ResponseFuture;
 pub use handle::{IdempotencyCounts, IdempotencyHandle};
 pub use key::{derive_key, storage_key, MAX_KEY_LEN};
 pub use layer::IdempotencyLayer;
-pub use memory::{InMemoryIdempotencyStore, MemoryStoreConfig};
+pub use memory::InMemoryIdempotencyStore;
 pub use service::Idempotency;
 pub use store::{
     ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError, StoreFuture,
     StoredError,
 };
+pub use toolshield_store::MemoryBounds;

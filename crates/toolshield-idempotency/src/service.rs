@@ -1,93 +1,47 @@
 //! [`Idempotency`]: the service and the claim / call / record lifecycle.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use chrono::Utc;
 use tokio::time::Instant;
 use toolshield_core::config::deadline_after;
 use toolshield_core::{CallKind, Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
 use crate::config::{OnPending, OnStoreError};
 use crate::future::ResponseFuture;
-use crate::handle::{bump, Shared};
+use crate::handle::Shared;
 use crate::key::{resolve, ResolvedKey};
+use crate::layer::IdempotencyLayer;
 use crate::store::{ClaimOutcome, IdempotencyRecord, RecordStatus, StoreFuture};
 
-/// The idempotency service: see [`IdempotencyLayer`](crate::IdempotencyLayer).
-pub struct Idempotency<S> {
-    inner: S,
-    shared: Arc<Shared>,
-}
+/// The idempotency service: see [`IdempotencyLayer`]. A [`StoreService`] whose
+/// [`StorePath`] is the layer's.
+pub type Idempotency<S> = StoreService<S, IdempotencyLayer>;
 
-impl<S: Clone> Clone for Idempotency<S> {
-    fn clone(&self) -> Self {
-        Idempotency {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-impl<S: std::fmt::Debug> std::fmt::Debug for Idempotency<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idempotency")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> Idempotency<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        Idempotency { inner, shared }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S> Service<ToolRequest> for Idempotency<S>
-where
-    S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
-    S::Error: Into<ToolError> + Send,
-    S::Future: Send + 'static,
-{
+impl StorePath<ToolRequest> for IdempotencyLayer {
     type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: ToolRequest) -> Self::Future {
+    fn call<S>(&self, inner: &mut S, req: ToolRequest) -> ResponseFuture<S::Future>
+    where
+        S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
+        S::Error: Into<ToolError> + Send,
+        S::Future: Send + 'static,
+    {
         if req.call_kind() == CallKind::ReadOnly {
-            return ResponseFuture::passthrough(self.inner.call(req));
+            return ResponseFuture::passthrough(inner.call(req));
         }
         let c = &self.shared.config;
         let key = match resolve(&req, c.derive_keys, c.key_window, c.scope_keys_by_caller) {
             Ok(Some(key)) => key,
-            Ok(None) => return ResponseFuture::passthrough(self.inner.call(req)),
+            Ok(None) => return ResponseFuture::passthrough(inner.call(req)),
             Err(e) => return ResponseFuture::ready(Err(e)),
         };
-        // The ready service goes into the future; this one keeps an unready clone.
-        let clone = self.inner.clone();
-        let svc = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::guarded(Box::pin(run(Arc::clone(&self.shared), svc, req, key)))
+        // The ready service goes into the future; the service keeps an unready clone.
+        let svc = take_ready(inner);
+        ResponseFuture::boxed(Box::pin(run(Arc::clone(&self.shared), svc, req, key)))
     }
 }
 
@@ -171,15 +125,11 @@ impl ClaimGuard {
                     let mut valid_until = deadline_after(Instant::now(), lease);
                     let mut pause = Duration::from_millis(10);
                     loop {
-                        let r = if rec.status == RecordStatus::Completed {
-                            store.complete(&key, &owner, (*rec).clone(), ttl).await
-                        } else {
-                            store.fail(&key, &owner, (*rec).clone(), ttl).await
-                        };
+                        let r = store.finish(&key, &owner, (*rec).clone(), ttl).await;
                         match r {
                             Ok(_) => break,
                             Err(e) => {
-                                bump(&shared.counters.store_errors);
+                                shared.counters.store_errors.bump();
                                 if Instant::now().checked_add(pause).is_none_or(|t| t >= valid_until) {
                                     tracing::error!(error = %e, "idempotency: could not record the outcome of a dropped call; its lease will expire");
                                     break;
@@ -286,11 +236,7 @@ async fn write_outcome(
     let mut pause = Duration::from_millis(10);
     let mut tried_before = false;
     loop {
-        let r = if rec.status == RecordStatus::Completed {
-            shared.store.complete(skey, owner, rec.clone(), ttl).await
-        } else {
-            shared.store.fail(skey, owner, rec.clone(), ttl).await
-        };
+        let r = shared.store.finish(skey, owner, rec.clone(), ttl).await;
         match r {
             Ok(true) => return Written::Yes,
             Ok(false) if tried_before => {
@@ -310,7 +256,7 @@ async fn write_outcome(
             }
             Err(e) => {
                 tried_before = true;
-                bump(&shared.counters.store_errors);
+                shared.counters.store_errors.bump();
                 let now = Instant::now();
                 if now.checked_add(pause).is_none_or(|t| t >= until) {
                     tracing::error!(tool = %tool, error = %e, "idempotency: could not record the outcome");
@@ -352,7 +298,8 @@ where
     // The fencing token of this claim: never the request's execution id, which every
     // clone of the request shares.
     let owner = new_owner_token();
-    let wait_until = deadline_after(Instant::now(), cfg.wait_timeout);
+    // Set when the first claim is sent: a replay reads the clock once.
+    let mut wait_until: Option<Instant> = None;
     let mut waited = false;
     // A waiting duplicate polls the store with a growing interval (doubling from
     // `poll_interval` up to `max_poll_interval`): prompt for short calls, light on the
@@ -366,9 +313,10 @@ where
     };
 
     // ----- claim, replay, wait -----
-    let mut lease = loop {
+    let lease = loop {
         let pending = IdempotencyRecord::pending(payload_hash, owner.clone(), cfg.lease);
         let sent = Instant::now();
+        let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent, cfg.wait_timeout));
         // While the claim is in flight, a drop (or a failure: a claim that timed out may
         // still land) releases it by our token.
         guard.on_drop = OnDrop::Release;
@@ -378,7 +326,7 @@ where
         }
         match claimed {
             Err(e) => {
-                bump(&counters.store_errors);
+                counters.store_errors.bump();
                 // The claim may have been applied although it failed here: release it now
                 // (owner-checked), so the key is not blocked for a whole lease.
                 guard.spawn_cleanup();
@@ -390,25 +338,25 @@ where
                     .with_source(e)),
                     OnStoreError::FailOpen => {
                         tracing::warn!(tool = %tool, error = %e, "idempotency store unavailable: running without dedupe");
-                        bump(&counters.executions);
+                        counters.executions.bump();
                         svc.call(req).await.map_err(Into::into)
                     }
                 };
             }
             Ok(ClaimOutcome::Claimed) => break Lease::new(sent, cfg.lease),
             Ok(ClaimOutcome::TakenOver) => {
-                bump(&counters.takeovers);
+                counters.takeovers.bump();
                 tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome");
                 break Lease::new(sent, cfg.lease);
             }
             Ok(ClaimOutcome::Existing(rec)) => {
                 if rec.payload_hash != payload_hash {
-                    bump(&counters.conflicts);
+                    counters.conflicts.bump();
                     return Err(reused(&tool));
                 }
                 match rec.status {
                     RecordStatus::Completed => {
-                        bump(&counters.replays);
+                        counters.replays.bump();
                         let Some(mut resp) = rec.result else {
                             return Err(ToolError::internal(
                                 "completed idempotency record without a result",
@@ -418,7 +366,7 @@ where
                         return Ok(resp);
                     }
                     RecordStatus::Failed => {
-                        bump(&counters.replays);
+                        counters.replays.bump();
                         return Err(match rec.error {
                             Some(e) => e.to_error(),
                             None => {
@@ -428,17 +376,17 @@ where
                     }
                     RecordStatus::Pending => match cfg.on_pending {
                         OnPending::FailFast => {
-                            bump(&counters.in_progress);
+                            counters.in_progress.bump();
                             return Err(in_progress(&tool));
                         }
                         OnPending::Wait => {
                             if !waited {
                                 waited = true;
-                                bump(&counters.waits);
+                                counters.waits.bump();
                             }
                             let now = Instant::now();
                             if now >= wait_until {
-                                bump(&counters.in_progress);
+                                counters.in_progress.bump();
                                 return Err(in_progress(&tool));
                             }
                             tokio::time::sleep(interval.min(wait_until - now)).await;
@@ -452,10 +400,57 @@ where
         }
     };
 
+    // Boxed: only a first execution pays for the large call-and-record future, so a
+    // replay moves and frees a small one.
+    let owned = Claimed {
+        tool,
+        skey,
+        owner,
+        payload_hash,
+        execution_id,
+        lease,
+        guard,
+    };
+    Box::pin(execute(shared, svc, req, owned)).await
+}
+
+/// A claim this call owns: what the call-and-record phase needs.
+struct Claimed {
+    tool: Arc<str>,
+    skey: String,
+    owner: String,
+    payload_hash: Digest,
+    execution_id: uuid::Uuid,
+    lease: Lease,
+    guard: ClaimGuard,
+}
+
+/// Runs the call under the claim `c`, renewing the lease, and records its outcome.
+async fn execute<S>(
+    shared: Arc<Shared>,
+    mut svc: S,
+    req: ToolRequest,
+    c: Claimed,
+) -> Result<ToolResponse, ToolError>
+where
+    S: Service<ToolRequest, Response = ToolResponse>,
+    S::Error: Into<ToolError> + Send,
+{
+    let cfg = &shared.config;
+    let counters = &shared.counters;
+    let Claimed {
+        tool,
+        skey,
+        owner,
+        payload_hash,
+        execution_id,
+        mut lease,
+        mut guard,
+    } = c;
     // ----- we own the key: call, renewing the lease -----
     let mutating = req.call_kind() == CallKind::Mutating;
     guard.on_drop = OnDrop::Release;
-    bump(&counters.executions);
+    counters.executions.bump();
     if mutating {
         // From here on the call may take effect: a drop leaves OUTCOME_UNKNOWN.
         let err = outcome_unknown(&tool, "was cancelled after it was sent");
@@ -495,7 +490,7 @@ where
                 // The tool ran and its result is not recorded: never let the key turn
                 // silently free. Mark the key OUTCOME_UNKNOWN (a duplicate is told so
                 // until an operator forgets it) and say so on the response.
-                bump(&counters.unrecorded);
+                counters.unrecorded.bump();
                 resp.provenance.unrecorded = true;
                 if w == Written::Failed {
                     let err = outcome_unknown(&tool, "ran, but its result could not be recorded");
@@ -508,7 +503,7 @@ where
                     guard.on_drop = OnDrop::Write(Box::new(unknown.clone()), cfg.record_ttl);
                     let r = shared
                         .store
-                        .fail(&skey, &owner, unknown, cfg.record_ttl)
+                        .finish(&skey, &owner, unknown, cfg.record_ttl)
                         .await;
                     if r.is_ok() {
                         guard.on_drop = OnDrop::Nothing;
@@ -521,7 +516,7 @@ where
             Ok(resp)
         }
         Err(e) if mutating && outcome_unknown_after(e.kind()) => {
-            bump(&counters.outcome_unknown);
+            counters.outcome_unknown.bump();
             let what = match e.kind() {
                 ErrorKind::Timeout => "timed out after it was sent",
                 ErrorKind::Internal => "failed inside the tool layer after it was sent",
@@ -538,7 +533,7 @@ where
             match shared.store.release(&skey, &owner).await {
                 Ok(_) => guard.on_drop = OnDrop::Nothing,
                 Err(err) => {
-                    bump(&counters.store_errors);
+                    counters.store_errors.bump();
                     tracing::warn!(tool = %tool, error = %err, "idempotency: could not release the key; its lease will expire");
                     guard.on_drop = OnDrop::Nothing;
                 }
@@ -620,7 +615,7 @@ where
                         }
                     }
                     Err(e) => {
-                        bump(&shared.counters.store_errors);
+                        shared.counters.store_errors.bump();
                         tracing::warn!(tool = %tool, error = %e, "idempotency: could not renew the lease");
                     }
                 }

@@ -5,8 +5,7 @@
 //! | operation | meaning | Redis |
 //! |---|---|---|
 //! | [`claim`](IdempotencyStore::claim) | create a PENDING record if absent, else return the existing one | `SET key json NX PX lease GET` (Redis >= 7.0; a Lua script before) |
-//! | [`complete`](IdempotencyStore::complete) | owner-checked replace of PENDING by COMPLETED | Lua: owner check, then `SET key json PX ttl` |
-//! | [`fail`](IdempotencyStore::fail) | owner-checked replace of PENDING by FAILED | the same Lua script |
+//! | [`finish`](IdempotencyStore::finish) | owner-checked replace of PENDING by the COMPLETED or FAILED record | Lua: owner check, then `SET key json PX ttl` |
 //! | [`renew`](IdempotencyStore::renew) | owner-checked lease extension | Lua: owner check, then `SET key json PX lease` |
 //! | [`release`](IdempotencyStore::release) | owner-checked delete | Lua: owner check, then `DEL key` |
 //! | [`get`](IdempotencyStore::get) | read | `GET key` |
@@ -20,23 +19,16 @@
 //!
 //! Expiry belongs to the store: a PENDING record lives for its lease (the store's TTL *is*
 //! the lease, so an expired lease simply disappears and the next `claim` takes it over), a
-//! COMPLETED or FAILED record for the TTL given to `complete`/`fail`. The wall-clock
+//! COMPLETED or FAILED record for the TTL given to `finish`. The wall-clock
 //! `lease_until` and `expires_at` inside the record are informational (reconciliation,
 //! admin views); no decision is made on them.
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use toolshield_core::{Digest, ErrorKind, ToolError, ToolResponse};
-
-/// The future every store operation returns: stores do I/O, so one boxed future per
-/// operation is invisible next to a network round trip, and it keeps the trait object-safe
-/// (`Arc<dyn IdempotencyStore>`).
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+pub use toolshield_store::{StoreError, StoreFuture};
 
 /// The lifecycle state of an idempotency record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -186,6 +178,12 @@ impl IdempotencyRecord {
         self
     }
 
+    /// Whether the record is an outcome (COMPLETED or FAILED), the kind
+    /// [`IdempotencyStore::finish`] takes.
+    pub fn is_finished(&self) -> bool {
+        self.status != RecordStatus::Pending
+    }
+
     /// Whether the owner check passes for `owner`: the record is PENDING and owned by it.
     pub fn is_owned_by(&self, owner: &str) -> bool {
         self.status == RecordStatus::Pending && self.owner == owner
@@ -209,40 +207,6 @@ pub enum ClaimOutcome {
     Existing(IdempotencyRecord),
 }
 
-/// A store could not do what was asked (connection lost, timeout, corrupt record).
-#[derive(Debug, Clone)]
-pub struct StoreError {
-    message: String,
-}
-
-impl StoreError {
-    /// A store error with a short lowercase message.
-    pub fn new(message: impl Into<String>) -> Self {
-        StoreError {
-            message: message.into(),
-        }
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "idempotency store: {}", self.message)
-    }
-}
-
-impl std::error::Error for StoreError {}
-
-impl From<StoreError> for ToolError {
-    fn from(e: StoreError) -> Self {
-        ToolError::from_source(ErrorKind::StoreUnavailable, e)
-    }
-}
-
 /// Where idempotency records live.
 ///
 /// Keys are full storage keys (`idemp:{tool}:key`, see [`storage_key`](crate::storage_key)).
@@ -261,19 +225,10 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         lease: Duration,
     ) -> StoreFuture<'a, ClaimOutcome>;
 
-    /// Replaces the PENDING record owned by `owner` with `record` (COMPLETED), kept for
-    /// `ttl`. `Ok(false)` when the owner check fails (nothing written).
-    fn complete<'a>(
-        &'a self,
-        key: &'a str,
-        owner: &'a str,
-        record: IdempotencyRecord,
-        ttl: Duration,
-    ) -> StoreFuture<'a, bool>;
-
-    /// Replaces the PENDING record owned by `owner` with `record` (FAILED), kept for `ttl`.
-    /// `Ok(false)` when the owner check fails (nothing written).
-    fn fail<'a>(
+    /// Replaces the PENDING record owned by `owner` with `record`, COMPLETED or FAILED (its
+    /// status says which), kept for `ttl`. `Ok(false)` when the owner check fails (nothing
+    /// written). A PENDING `record` is a [`StoreError`] (nothing written).
+    fn finish<'a>(
         &'a self,
         key: &'a str,
         owner: &'a str,

@@ -90,6 +90,7 @@ pub mod contract {
         remove_deletes_any_state(&make()).await;
         concurrent_claims_have_one_winner(Arc::new(make())).await;
         records_round_trip(&make()).await;
+        finish_takes_an_outcome(&make()).await;
     }
 
     /// A free key is claimed; the record reads back PENDING with its owner.
@@ -121,10 +122,7 @@ pub mod contract {
                 panic!("a held key must not be claimed twice")
             }
         }
-        assert!(ok(
-            s.complete(&k, "a", completed("a"), TTL).await,
-            "complete"
-        ));
+        assert!(ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"));
         match claim(s, &k, "c").await {
             ClaimOutcome::Existing(rec) => assert_eq!(rec.status, RecordStatus::Completed),
             ClaimOutcome::Claimed | ClaimOutcome::TakenOver => {
@@ -137,20 +135,17 @@ pub mod contract {
     pub async fn complete_is_fenced<S: IdempotencyStore + ?Sized>(s: &S) {
         let k = key("complete");
         assert!(
-            !ok(s.complete(&k, "a", completed("a"), TTL).await, "complete"),
+            !ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"),
             "no record: nothing to complete"
         );
         claim(s, &k, "a").await;
         assert!(
-            !ok(s.complete(&k, "b", completed("b"), TTL).await, "complete"),
+            !ok(s.finish(&k, "b", completed("b"), TTL).await, "finish"),
             "another owner must not complete"
         );
-        assert!(ok(
-            s.complete(&k, "a", completed("a"), TTL).await,
-            "complete"
-        ));
+        assert!(ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"));
         assert!(
-            !ok(s.complete(&k, "a", completed("a"), TTL).await, "complete"),
+            !ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"),
             "a completed record is no longer PENDING"
         );
         let rec = ok(s.get(&k).await, "get").expect("completed record");
@@ -168,14 +163,28 @@ pub mod contract {
         let err = ToolError::new(ErrorKind::InvalidInput, "bad amount");
         let rec = IdempotencyRecord::failed(hash("p"), "b", &err, TTL);
         assert!(
-            !ok(s.fail(&k, "b", rec, TTL).await, "fail"),
+            !ok(s.finish(&k, "b", rec, TTL).await, "finish"),
             "another owner must not fail the record"
         );
         let rec = IdempotencyRecord::failed(hash("p"), "a", &err, TTL);
-        assert!(ok(s.fail(&k, "a", rec, TTL).await, "fail"));
+        assert!(ok(s.finish(&k, "a", rec, TTL).await, "fail"));
         let got = ok(s.get(&k).await, "get").expect("failed record");
         assert_eq!(got.status, RecordStatus::Failed);
         assert_eq!(got.error.map(|e| e.kind), Some(ErrorKind::InvalidInput));
+    }
+
+    /// `finish` takes a COMPLETED or FAILED record: a PENDING one is an error, and the
+    /// claim is left as it was.
+    pub async fn finish_takes_an_outcome<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("finish-pending");
+        claim(s, &k, "a").await;
+        assert!(
+            s.finish(&k, "a", pending("a"), TTL).await.is_err(),
+            "finish must refuse a PENDING record"
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the claim is still there");
+        assert!(rec.is_owned_by("a"), "a refused finish writes nothing");
+        assert!(ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"));
     }
 
     /// Only the PENDING owner may release; a finished record is never released.
@@ -196,10 +205,7 @@ pub mod contract {
             ClaimOutcome::Claimed,
             "a released key can be claimed again"
         );
-        assert!(ok(
-            s.complete(&k, "b", completed("b"), TTL).await,
-            "complete"
-        ));
+        assert!(ok(s.finish(&k, "b", completed("b"), TTL).await, "finish"));
         assert!(
             !ok(s.release(&k, "b").await, "release"),
             "a completed record must not be released"
@@ -247,7 +253,7 @@ pub mod contract {
             "the old owner cannot renew the new owner's claim"
         );
         assert!(
-            !ok(s.complete(&k, "a", completed("a"), TTL).await, "complete"),
+            !ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"),
             "the old owner is fenced off"
         );
         assert!(
@@ -257,23 +263,20 @@ pub mod contract {
         let err = ToolError::new(ErrorKind::Timeout, "late");
         assert!(
             !ok(
-                s.fail(
+                s.finish(
                     &k,
                     "a",
                     IdempotencyRecord::failed(hash("p"), "a", &err, TTL),
                     TTL
                 )
                 .await,
-                "fail"
+                "finish"
             ),
             "the old owner cannot fail the new owner's claim"
         );
         let rec = ok(s.get(&k).await, "get").expect("the new claim is still there");
         assert!(rec.is_owned_by("b"), "the new owner still holds the key");
-        assert!(ok(
-            s.complete(&k, "b", completed("b"), TTL).await,
-            "complete"
-        ));
+        assert!(ok(s.finish(&k, "b", completed("b"), TTL).await, "finish"));
     }
 
     /// A claim that ended (released, or finished and expired) leaves nothing that reads as
@@ -287,10 +290,7 @@ pub mod contract {
             ClaimOutcome::Claimed,
             "a released claim is not taken over"
         );
-        assert!(ok(
-            s.complete(&k, "b", completed("b"), TTL).await,
-            "complete"
-        ));
+        assert!(ok(s.finish(&k, "b", completed("b"), TTL).await, "finish"));
         sleep(TTL + LEASE / 2).await;
         assert_eq!(
             claim(s, &k, "c").await,
@@ -303,10 +303,7 @@ pub mod contract {
     pub async fn finished_records_expire<S: IdempotencyStore + ?Sized>(s: &S) {
         let k = key("ttl");
         claim(s, &k, "a").await;
-        assert!(ok(
-            s.complete(&k, "a", completed("a"), TTL).await,
-            "complete"
-        ));
+        assert!(ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"));
         sleep(LEASE + LEASE / 4).await;
         assert!(
             ok(s.get(&k).await, "get").is_some(),
@@ -327,10 +324,7 @@ pub mod contract {
         claim(s, &k, "a").await;
         assert!(ok(s.remove(&k).await, "remove"));
         claim(s, &k, "a").await;
-        assert!(ok(
-            s.complete(&k, "a", completed("a"), TTL).await,
-            "complete"
-        ));
+        assert!(ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"));
         assert!(ok(s.remove(&k).await, "remove"));
         assert!(ok(s.get(&k).await, "get").is_none());
     }
@@ -357,7 +351,7 @@ pub mod contract {
         let k = key("roundtrip");
         claim(s, &k, "a").await;
         let rec = completed("a");
-        assert!(ok(s.complete(&k, "a", rec.clone(), TTL).await, "complete"));
+        assert!(ok(s.finish(&k, "a", rec.clone(), TTL).await, "complete"));
         let got = ok(s.get(&k).await, "get").expect("record");
         assert_eq!(
             got.result, rec.result,
@@ -374,8 +368,10 @@ pub mod contract {
 /// each operation what to do: pass it through, fail it, delay it, apply it and then fail
 /// (the reply was lost), fail at once and apply it later in the background (a command still
 /// on the wire, as when a paused server resumes: operations sent after it are applied after
-/// it, as a server applies the commands of one connection in order), or hang. The operation names are the trait's method names: `claim`,
-/// `complete`, `fail`, `renew`, `release`, `get`, `remove`.
+/// it, as a server applies the commands of one connection in order), or hang. The operation
+/// names are the trait's method names, `claim`, `renew`, `release`, `get`, `remove`, except
+/// that `finish` is asked as `complete` (a COMPLETED record) or `fail` (a FAILED one), so
+/// a plan can fail one outcome and not the other.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -426,7 +422,7 @@ mod faulty {
 
     use super::FaultyStore;
     use crate::store::{
-        ClaimOutcome, IdempotencyRecord, IdempotencyStore, StoreError, StoreFuture,
+        ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError, StoreFuture,
     };
 
     impl<S: IdempotencyStore + ?Sized> FaultyStore<S> {
@@ -447,25 +443,6 @@ mod faulty {
         /// The wrapped store.
         pub fn inner(&self) -> &Arc<S> {
             &self.inner
-        }
-
-        /// `complete` or `fail` (the same operation on a COMPLETED or FAILED record).
-        fn finish<'a>(
-            &'a self,
-            op: &'static str,
-            key: &str,
-            owner: &str,
-            record: IdempotencyRecord,
-            ttl: Duration,
-        ) -> StoreFuture<'a, bool> {
-            let (key, owner) = (key.to_owned(), owner.to_owned());
-            self.faulty(op, move |s| async move {
-                if op == "complete" {
-                    s.complete(&key, &owner, record, ttl).await
-                } else {
-                    s.fail(&key, &owner, record, ttl).await
-                }
-            })
         }
 
         fn faulty<'a, T, F, Fut>(&'a self, op: &'static str, make: F) -> StoreFuture<'a, T>
@@ -529,24 +506,23 @@ mod faulty {
             })
         }
 
-        fn complete<'a>(
+        fn finish<'a>(
             &'a self,
             key: &'a str,
             owner: &'a str,
             record: IdempotencyRecord,
             ttl: Duration,
         ) -> StoreFuture<'a, bool> {
-            self.finish("complete", key, owner, record, ttl)
-        }
-
-        fn fail<'a>(
-            &'a self,
-            key: &'a str,
-            owner: &'a str,
-            record: IdempotencyRecord,
-            ttl: Duration,
-        ) -> StoreFuture<'a, bool> {
-            self.finish("fail", key, owner, record, ttl)
+            // Asked as `complete` or `fail`, so a plan can fail one outcome and not the other.
+            let op = if record.status == RecordStatus::Failed {
+                "fail"
+            } else {
+                "complete"
+            };
+            let (key, owner) = (key.to_owned(), owner.to_owned());
+            self.faulty(op, move |s| async move {
+                s.finish(&key, &owner, record, ttl).await
+            })
         }
 
         fn renew<'a>(

@@ -367,16 +367,7 @@ impl IdempotencyStore for DownStore {
     ) -> StoreFuture<'a, ClaimOutcome> {
         Box::pin(async { Err(StoreError::new("connection refused")) })
     }
-    fn complete<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-        _: IdempotencyRecord,
-        _: Duration,
-    ) -> StoreFuture<'a, bool> {
-        Box::pin(async { Err(StoreError::new("connection refused")) })
-    }
-    fn fail<'a>(
+    fn finish<'a>(
         &'a self,
         _: &'a str,
         _: &'a str,
@@ -558,23 +549,14 @@ impl IdempotencyStore for CountingStore {
         self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim(key, record, lease)
     }
-    fn complete<'a>(
+    fn finish<'a>(
         &'a self,
         key: &'a str,
         owner: &'a str,
         record: IdempotencyRecord,
         ttl: Duration,
     ) -> StoreFuture<'a, bool> {
-        self.inner.complete(key, owner, record, ttl)
-    }
-    fn fail<'a>(
-        &'a self,
-        key: &'a str,
-        owner: &'a str,
-        record: IdempotencyRecord,
-        ttl: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.fail(key, owner, record, ttl)
+        self.inner.finish(key, owner, record, ttl)
     }
     fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
         self.inner.renew(key, owner, lease)

@@ -5,7 +5,7 @@ use std::time::Duration;
 use toolshield_core::Digest;
 use toolshield_idempotency::testing::contract;
 use toolshield_idempotency::{
-    ClaimOutcome, IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore, MemoryStoreConfig,
+    ClaimOutcome, IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore, MemoryBounds,
 };
 
 #[tokio::test(start_paused = true)]
@@ -22,7 +22,7 @@ async fn in_memory_store_as_trait_object_passes_the_contract() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
-    let cfg = MemoryStoreConfig {
+    let cfg = MemoryBounds {
         max_entries: 1_000,
         max_bytes: 1_000_000,
     };
@@ -35,32 +35,34 @@ async fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
         let out = store.claim(&key, rec, lease).await.expect("claim");
         assert_eq!(out, ClaimOutcome::Claimed);
         if i % 10_000 == 9_999 {
-            store.run_pending_tasks();
+            store.entries().purge_expired();
             assert!(
-                store.entry_count() <= cfg.max_entries,
+                store.entries().len() <= cfg.max_entries,
                 "entries {} > bound at {i}",
-                store.entry_count()
+                store.entries().len()
             );
             assert!(
-                store.weighted_size() <= cfg.max_bytes,
+                store.entries().weighted_size() <= cfg.max_bytes,
                 "bytes {} > bound at {i}",
-                store.weighted_size()
+                store.entries().weighted_size()
             );
         }
     }
-    store.run_pending_tasks();
-    assert!(store.entry_count() <= cfg.max_entries);
-    assert!(store.entry_count() > 0);
+    store.entries().purge_expired();
+    assert!(store.entries().len() <= cfg.max_entries);
+    assert!(!store.entries().is_empty());
 }
 
 #[test]
 fn bounds_are_validated() {
-    let err = MemoryStoreConfig {
+    let err = MemoryBounds {
         max_entries: 10,
         max_bytes: 5,
     }
     .validate()
     .expect_err("invalid");
     assert_eq!(err.problems().len(), 1);
-    assert!(InMemoryIdempotencyStore::with_config(&MemoryStoreConfig::default()).is_ok());
+    assert!(
+        InMemoryIdempotencyStore::with_config(&InMemoryIdempotencyStore::DEFAULT_BOUNDS).is_ok()
+    );
 }

@@ -8,7 +8,7 @@ use toolshield_core::{ErrorKind, ToolError};
 /// A Redis operation failed: the server could not be reached, did not answer within the
 /// operation timeout, answered with an error, or returned a value that does not parse.
 ///
-/// It converts into both store error types and into a `STORE_UNAVAILABLE` [`ToolError`].
+/// It converts into the stores' `StoreError` and into a `STORE_UNAVAILABLE` [`ToolError`].
 #[derive(Debug, Clone)]
 pub struct Error {
     message: String,
@@ -53,12 +53,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<Error> for toolshield_idempotency::StoreError {
-    fn from(e: Error) -> Self {
-        toolshield_idempotency::StoreError::new(e.to_string())
-    }
-}
-
+// The one `StoreError` of both store traits (`toolshield_store::StoreError`).
 impl From<Error> for toolshield_cache::StoreError {
     fn from(e: Error) -> Self {
         toolshield_cache::StoreError::new(e.to_string())

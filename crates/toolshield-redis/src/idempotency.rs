@@ -45,7 +45,8 @@ local ok, rec = pcall(cjson.decode, v)
 if not ok or type(rec) ~= 'table' or rec.owner ~= ARGV[1] then return 0 end
 "#;
 
-/// complete / fail: ARGV = owner, record, ttl ms. The claim ended: its marker goes.
+/// finish (a COMPLETED or FAILED record): ARGV = owner, record, ttl ms. The claim ended:
+/// its marker goes.
 const FINISH_TAIL: &str = r#"
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
@@ -131,7 +132,7 @@ fn marker(key: &str) -> String {
 /// Each operation is one round trip (see the crate docs for the key layout and the
 /// scripts): `claim` is one Lua script (create the PENDING record if absent, and note its
 /// owner in a lease marker that outlives it by one lease, so a claim over an expired one
-/// is reported as a takeover), `complete`/`fail`/`renew`/`release` are one owner-checked
+/// is reported as a takeover), `finish`/`renew`/`release` are one owner-checked
 /// Lua script each (fenced by the claim's own owner token),
 /// `get` is one `GET`, `remove` one `DEL`. Every operation is bounded by the connection's
 /// operation timeout; a failure or timeout is a [`StoreError`], which the idempotency
@@ -200,13 +201,16 @@ impl RedisIdempotencyStore {
         }
     }
 
-    async fn finish(
+    async fn finish_now(
         &self,
         key: &str,
         owner: &str,
         record: IdempotencyRecord,
         ttl: Duration,
     ) -> Result<bool, Error> {
+        if !record.is_finished() {
+            return Err(Error::new("finish takes a COMPLETED or FAILED record"));
+        }
         let mark = marker(key);
         let mark = self.conn.key(&mark);
         let key = self.conn.key(key);
@@ -300,24 +304,14 @@ impl IdempotencyStore for RedisIdempotencyStore {
         Box::pin(async move { store(self.claim_now(key, record, lease).await) })
     }
 
-    fn complete<'a>(
+    fn finish<'a>(
         &'a self,
         key: &'a str,
         owner: &'a str,
         record: IdempotencyRecord,
         ttl: Duration,
     ) -> StoreFuture<'a, bool> {
-        Box::pin(async move { store(self.finish(key, owner, record, ttl).await) })
-    }
-
-    fn fail<'a>(
-        &'a self,
-        key: &'a str,
-        owner: &'a str,
-        record: IdempotencyRecord,
-        ttl: Duration,
-    ) -> StoreFuture<'a, bool> {
-        Box::pin(async move { store(self.finish(key, owner, record, ttl).await) })
+        Box::pin(async move { store(self.finish_now(key, owner, record, ttl).await) })
     }
 
     fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool> {

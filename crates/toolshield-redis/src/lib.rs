@@ -12,7 +12,7 @@
 //!   the others reject the key with `CIRCUIT_OPEN` for the same open period.
 //!
 //! Every store operation is **one round trip** (a first execution costs two: claim and
-//! complete; a replay one), bounded by a per-operation timeout
+//! finish; a replay one), bounded by a per-operation timeout
 //! ([`RedisConfig::op_timeout`], 250 ms by default). A Redis that is down, slow or paused
 //! gives a store error that the layers handle as configured: the idempotency layer fails
 //! closed (`STORE_UNAVAILABLE`) or open (runs without dedupe, logged), the cache layer

@@ -305,7 +305,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         Duration::from_secs(60),
     );
     assert!(store_b
-        .complete(k, "b", b_done, Duration::from_secs(60))
+        .finish(k, "b", b_done, Duration::from_secs(60))
         .await
         .unwrap());
     let a_done = IdempotencyRecord::completed(
@@ -315,7 +315,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         Duration::from_secs(60),
     );
     assert!(!store_a
-        .complete(k, "a", a_done, Duration::from_secs(60))
+        .finish(k, "a", a_done, Duration::from_secs(60))
         .await
         .unwrap());
     assert!(!store_a.renew(k, "a", lease).await.unwrap());

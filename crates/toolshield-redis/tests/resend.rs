@@ -63,9 +63,9 @@ async fn a_resent_outcome_write_is_reported_done_and_never_replaces_another_reco
         ToolResponse::new(json!({"charge": 1})),
         ttl,
     );
-    assert!(s.complete(key, "owner-1", done.clone(), ttl).await.unwrap());
+    assert!(s.finish(key, "owner-1", done.clone(), ttl).await.unwrap());
     // The identical write again: it is there, so it is done.
-    assert!(s.complete(key, "owner-1", done, ttl).await.unwrap());
+    assert!(s.finish(key, "owner-1", done, ttl).await.unwrap());
     // A different write by the same owner token is refused: the record is finished.
     let other = IdempotencyRecord::completed(
         hash,
@@ -73,7 +73,7 @@ async fn a_resent_outcome_write_is_reported_done_and_never_replaces_another_reco
         ToolResponse::new(json!({"charge": 2})),
         ttl,
     );
-    assert!(!s.complete(key, "owner-1", other, ttl).await.unwrap());
+    assert!(!s.finish(key, "owner-1", other, ttl).await.unwrap());
     let there = s.get(key).await.unwrap().expect("the record");
     assert_eq!(
         there.result.map(|r| r.output),

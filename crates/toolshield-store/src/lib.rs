@@ -1,0 +1,15 @@
+#![doc = include_str!("../README.md")]
+
+mod bounds;
+mod counter;
+mod error;
+mod future;
+mod map;
+mod service;
+
+pub use bounds::MemoryBounds;
+pub use counter::Counter;
+pub use error::{StoreError, StoreFuture};
+pub use future::{BoxedPath, LayerFuture};
+pub use map::{Found, TtlMap, Write};
+pub use service::{take_ready, StorePath, StoreService};

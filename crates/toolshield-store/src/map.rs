@@ -1,0 +1,380 @@
+//! [`TtlMap`]: a bounded, sharded map with a TTL per entry and CLOCK eviction.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use toolshield_contract::config::{deadline_after, ConfigError};
+use toolshield_contract::hash::{FastHashMap, FastState};
+
+use crate::bounds::MemoryBounds;
+
+/// At most this many shards; fewer when `max_entries` is smaller, so that every shard
+/// holds at least one entry.
+const MAX_SHARDS: usize = 16;
+
+/// An entry as [`TtlMap::update`] shows it.
+#[derive(Debug)]
+pub struct Found<'a, V> {
+    /// The value.
+    pub value: &'a V,
+    /// Whether it is live (within its TTL). An entry past its TTL is shown, as not live,
+    /// for as long as it was written to linger ([`Write::Put`]).
+    pub live: bool,
+}
+
+/// What [`TtlMap::update`] does with the entry of its key.
+#[derive(Debug)]
+pub enum Write<V> {
+    /// Leave it as it is (or absent).
+    Keep,
+    /// Delete it.
+    Remove,
+    /// Replace it (or create it).
+    Put {
+        /// The new value.
+        value: V,
+        /// Its weight in bytes (its key included), counted against `max_bytes`.
+        weight: u64,
+        /// How long it is live.
+        ttl: Duration,
+        /// How long after its TTL it stays visible to [`TtlMap::update`] as not live
+        /// (reads never see it): an idempotency claim whose lease expired is told apart
+        /// from a free key for one more lease. `Duration::ZERO` for none.
+        linger: Duration,
+    },
+}
+
+struct Entry<V> {
+    key: Arc<str>,
+    value: V,
+    /// Live until then; checked against tokio's clock, so paused-clock tests see entries
+    /// expire.
+    deadline: Instant,
+    /// Visible to `update` until then; freed by whoever meets it after.
+    keep_until: Instant,
+    weight: u64,
+    /// Set by every read, cleared by the clock hand: a read entry gets a second chance.
+    referenced: AtomicBool,
+}
+
+/// A part of the map with its own lock and its own share of both bounds.
+struct Shard<V> {
+    index: FastHashMap<Arc<str>, usize>,
+    /// The clock: entries in insertion slots, `None` for a free slot.
+    slots: Vec<Option<Entry<V>>>,
+    free: Vec<usize>,
+    hand: usize,
+    bytes: u64,
+    max_entries: usize,
+    max_bytes: u64,
+}
+
+impl<V> Shard<V> {
+    fn new(max_entries: usize, max_bytes: u64) -> Self {
+        Shard {
+            index: FastHashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            hand: 0,
+            bytes: 0,
+            max_entries,
+            max_bytes,
+        }
+    }
+
+    fn entry(&self, key: &str) -> Option<&Entry<V>> {
+        let pos = *self.index.get(key)?;
+        self.slots.get(pos)?.as_ref()
+    }
+
+    fn remove_at(&mut self, pos: usize) -> Option<Entry<V>> {
+        let entry = self.slots.get_mut(pos)?.take()?;
+        self.index.remove(&entry.key);
+        self.bytes -= entry.weight;
+        self.free.push(pos);
+        Some(entry)
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Entry<V>> {
+        let pos = *self.index.get(key)?;
+        self.remove_at(pos)
+    }
+
+    /// Evicts until one more entry of `weight` bytes fits: expired entries first as the
+    /// hand meets them, then entries not read since the hand last passed (CLOCK).
+    fn make_room(&mut self, weight: u64, now: Instant) {
+        while !self.index.is_empty()
+            && (self.index.len() >= self.max_entries || self.bytes + weight > self.max_bytes)
+        {
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+            }
+            let pos = self.hand;
+            self.hand += 1;
+            let evict = match &self.slots[pos] {
+                None => false,
+                Some(e) if now >= e.deadline => true,
+                Some(e) => !e.referenced.swap(false, Ordering::Relaxed),
+            };
+            if evict {
+                self.remove_at(pos);
+            }
+        }
+    }
+
+    /// Replaces the entry of `key` (if any) with a new one, evicting what it needs to fit.
+    /// A value heavier than the shard's share of `max_bytes` is not stored.
+    fn put(&mut self, key: &str, value: V, weight: u64, ttl: Duration, linger: Duration) -> bool {
+        let now = Instant::now();
+        // The old entry goes first, whatever happens to the new one: never serve a value
+        // older than the one just written.
+        let old = self.remove(key);
+        if weight > self.max_bytes {
+            return false;
+        }
+        self.make_room(weight, now);
+        let key = match old {
+            Some(old) => old.key,
+            None => Arc::from(key),
+        };
+        let deadline = deadline_after(now, ttl);
+        let entry = Entry {
+            key: Arc::clone(&key),
+            value,
+            deadline,
+            keep_until: deadline_after(deadline, linger),
+            weight,
+            referenced: AtomicBool::new(false),
+        };
+        self.bytes += weight;
+        let pos = match self.free.pop() {
+            Some(pos) => {
+                self.slots[pos] = Some(entry);
+                pos
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(key, pos);
+        true
+    }
+
+    fn purge_expired(&mut self, now: Instant) {
+        for pos in 0..self.slots.len() {
+            if self.slots[pos]
+                .as_ref()
+                .is_some_and(|e| now >= e.keep_until)
+            {
+                self.remove_at(pos);
+            }
+        }
+    }
+}
+
+/// A bounded map from string keys to values, with a TTL per entry, in the memory of one
+/// process: the in-memory cache and idempotency stores are built on it.
+///
+/// Bounded by entries and by bytes (each entry weighs what its writer says). Both bounds
+/// hold after every write: a write first evicts what it needs to fit, with no background
+/// maintenance. The keys are spread over up to 16 shards (a power of two no larger than
+/// `max_entries`), each under its own `RwLock` with an equal share of both bounds, so a
+/// skewed key set may evict a little before the totals are reached, and a value heavier
+/// than a shard's share of `max_bytes` is not stored.
+///
+/// Eviction is CLOCK (second chance): every read marks its entry, the clock hand clears
+/// marks and evicts the first entry it finds unmarked, or expired. An entry read at least
+/// once per turn of the hand survives any flood of one-off keys. TTLs are checked on every
+/// access against tokio's clock. Reads take a shared lock; [`update`](Self::update) is
+/// atomic per key. Clones share the entries.
+///
+/// ```
+/// use std::time::Duration;
+/// use toolshield_store::{MemoryBounds, TtlMap, Write};
+///
+/// let map: TtlMap<String> = TtlMap::new(MemoryBounds::new(100, 10_000));
+/// assert!(map.insert("k", "v".to_owned(), 2, Duration::from_secs(60)));
+/// assert_eq!(map.get("k", |v, _left| v.clone()).as_deref(), Some("v"));
+/// // Create-if-absent, atomically: the entry is there, so nothing is written.
+/// let created = map.update("k", |found| match found {
+///     Some(f) if f.live => (Write::Keep, false),
+///     _ => (Write::Put { value: "w".to_owned(), weight: 2, ttl: Duration::from_secs(60), linger: Duration::ZERO }, true),
+/// });
+/// assert!(!created);
+/// assert!(map.remove("k"));
+/// assert_eq!(map.len(), 0);
+/// ```
+pub struct TtlMap<V> {
+    shards: Arc<[RwLock<Shard<V>>]>,
+    hasher: FastState,
+    max_weight: u64,
+}
+
+impl<V> Clone for TtlMap<V> {
+    fn clone(&self) -> Self {
+        TtlMap {
+            shards: Arc::clone(&self.shards),
+            hasher: self.hasher.clone(),
+            max_weight: self.max_weight,
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for TtlMap<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TtlMap")
+            .field("shards", &self.shards.len())
+            .field("entries", &self.len())
+            .field("weighted_size", &self.weighted_size())
+            .finish()
+    }
+}
+
+impl<V> TtlMap<V> {
+    /// A map with `bounds` (a bound of 0 counts as 1; see [`with_bounds`](Self::with_bounds)
+    /// to reject invalid bounds).
+    pub fn new(bounds: MemoryBounds) -> Self {
+        let max_entries = usize::try_from(bounds.max_entries.max(1)).unwrap_or(usize::MAX);
+        // A power of two no larger than the entry bound: each shard holds at least one.
+        let shards = if max_entries >= MAX_SHARDS {
+            MAX_SHARDS
+        } else {
+            1 << max_entries.ilog2()
+        };
+        let per_shard_entries = max_entries / shards;
+        let per_shard_bytes = (bounds.max_bytes.max(1) / shards as u64).max(1);
+        TtlMap {
+            shards: (0..shards)
+                .map(|_| RwLock::new(Shard::new(per_shard_entries, per_shard_bytes)))
+                .collect(),
+            hasher: FastState::default(),
+            max_weight: per_shard_bytes,
+        }
+    }
+
+    /// A map with `bounds`; invalid bounds are an error.
+    pub fn with_bounds(bounds: MemoryBounds) -> Result<Self, ConfigError> {
+        bounds.validate()?;
+        Ok(Self::new(bounds))
+    }
+
+    /// The heaviest entry the map stores: a shard's share of `max_bytes`.
+    pub fn max_weight(&self) -> u64 {
+        self.max_weight
+    }
+
+    fn shard(&self, key: &str) -> &RwLock<Shard<V>> {
+        // `shards.len()` is a power of two.
+        let h = self.hasher.hash_one(key) as usize;
+        &self.shards[h & (self.shards.len() - 1)]
+    }
+
+    fn read(shard: &RwLock<Shard<V>>) -> RwLockReadGuard<'_, Shard<V>> {
+        shard.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(shard: &RwLock<Shard<V>>) -> RwLockWriteGuard<'_, Shard<V>> {
+        shard.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `f` of the live entry under `key` and the time it has left, under a shared lock;
+    /// `None` when there is none. Marks the entry read (CLOCK).
+    pub fn get<R>(&self, key: &str, f: impl FnOnce(&V, Duration) -> R) -> Option<R> {
+        let now = Instant::now();
+        let shard = self.shard(key);
+        let stale = {
+            let guard = Self::read(shard);
+            let entry = guard.entry(key)?;
+            if now < entry.deadline {
+                entry.referenced.store(true, Ordering::Relaxed);
+                return Some(f(&entry.value, entry.deadline - now));
+            }
+            now >= entry.keep_until
+        };
+        if stale {
+            // Expired for good: free it now rather than when the hand comes round.
+            let mut guard = Self::write(shard);
+            if guard.entry(key).is_some_and(|e| now >= e.keep_until) {
+                guard.remove(key);
+            }
+        }
+        None
+    }
+
+    /// Stores `value` of `weight` bytes under `key` for `ttl`, replacing any entry; `false`
+    /// when it is heavier than [`max_weight`](Self::max_weight) (the old entry is removed
+    /// all the same). A zero `ttl` stores an entry that is never live.
+    pub fn insert(&self, key: &str, value: V, weight: u64, ttl: Duration) -> bool {
+        Self::write(self.shard(key)).put(key, value, weight, ttl, Duration::ZERO)
+    }
+
+    /// Reads and writes the entry of `key` atomically (under the shard's write lock): `f`
+    /// sees the entry, live or lingering ([`Found`]), and says what to write and what to
+    /// return. A [`Write::Put`] heavier than [`max_weight`](Self::max_weight) removes the
+    /// entry and stores nothing (check the weight first).
+    pub fn update<R>(&self, key: &str, f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R)) -> R {
+        let now = Instant::now();
+        let mut guard = Self::write(self.shard(key));
+        let found = guard.entry(key).and_then(|e| {
+            (now < e.keep_until).then(|| Found {
+                value: &e.value,
+                live: now < e.deadline,
+            })
+        });
+        let (write, out) = f(found);
+        match write {
+            Write::Keep => {}
+            Write::Remove => {
+                guard.remove(key);
+            }
+            Write::Put {
+                value,
+                weight,
+                ttl,
+                linger,
+            } => {
+                guard.put(key, value, weight, ttl, linger);
+            }
+        }
+        out
+    }
+
+    /// Deletes the entry under `key`; `true` when a live one was there.
+    pub fn remove(&self, key: &str) -> bool {
+        let now = Instant::now();
+        Self::write(self.shard(key))
+            .remove(key)
+            .is_some_and(|e| now < e.deadline)
+    }
+
+    /// The number of entries, expired ones not yet freed included.
+    pub fn len(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| Self::read(s).index.len() as u64)
+            .sum()
+    }
+
+    /// Whether the map holds no entry at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The weighted size in bytes of the entries [`len`](Self::len) counts.
+    pub fn weighted_size(&self) -> u64 {
+        self.shards.iter().map(|s| Self::read(s).bytes).sum()
+    }
+
+    /// Frees every expired entry now (otherwise they go when read, or when the clock hand
+    /// meets them). Entries still lingering ([`Write::Put`]) stay.
+    pub fn purge_expired(&self) {
+        let now = Instant::now();
+        for shard in self.shards.iter() {
+            Self::write(shard).purge_expired(now);
+        }
+    }
+}
