@@ -6,10 +6,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
-use tower::ServiceExt;
-use tower_service::Service;
 use tower::util::BoxCloneSyncService;
+use tower::ServiceExt;
 use tower_layer::Layer;
+use tower_service::Service;
 
 use crate::policy::{default_hand_over, Escalation, FallbackFailure};
 use crate::service::Fallback;
@@ -66,7 +66,6 @@ where
     pub fn empty() -> Self {
         Self::from_parts(Vec::new(), None, 1)
     }
-
 
     fn from_parts(
         tiers: Vec<Tier<Req, Res>>,

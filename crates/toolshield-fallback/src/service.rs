@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use toolshield_core::{CallKind, ShieldRequest, ShieldResponse, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{
+    CallKind, ShieldRequest, ShieldResponse, ToolError, ToolRequest, ToolResponse,
+};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
