@@ -51,7 +51,7 @@ const UNNAMED: &str = "default";
 
 /// The name a call of a layer made for no one tool is counted under: its own name;
 /// names the exporter does not know are counted as `other`.
-fn label<'a, Req: ShieldRequest>(req: &'a Req) -> &'a str {
+fn label<Req: ShieldRequest>(req: &Req) -> &str {
     req.call_name().unwrap_or(UNNAMED)
 }
 
