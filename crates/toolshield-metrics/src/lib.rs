@@ -9,7 +9,7 @@
 //! - Its [`attempt_layer`](MetricsLayer::attempt_layer), placed inside retry, records
 //!   `tool_attempts_total{tool,outcome}` and `tool_retries_total{tool,code}` (the code of
 //!   the failure that caused the retry) and opens a child `tool_attempt` span per attempt.
-//! - [`BreakerMetrics`] exports `circuit_breaker_state{key,state}`,
+//! - `toolshield::collectors::BreakerMetrics` (in the facade) exports `circuit_breaker_state{key,state}`,
 //!   `circuit_breaker_transitions_total{key,from,to}` and
 //!   `circuit_breaker_rejections_total{key}` from a breaker registry at scrape time.
 //! - [`install_prometheus`] installs a Prometheus recorder and returns a

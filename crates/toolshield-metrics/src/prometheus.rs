@@ -153,7 +153,7 @@ impl PrometheusExporter {
     }
 
     /// The target to build [`MetricsLayer`](crate::MetricsLayer)s and
-    /// [`BreakerMetrics`](crate::BreakerMetrics) with.
+    /// `toolshield::collectors::BreakerMetrics` with.
     pub fn target(&self) -> MetricsTarget {
         self.ensure_upkeep();
         self.target.clone()
