@@ -23,6 +23,7 @@ const OUTCOME_UNKNOWN_MESSAGE: &str =
 /// |---|---|
 /// | `INVALID_INPUT` | 400 Bad Request |
 /// | `UNAUTHORIZED` | 401 Unauthorized |
+/// | `BUDGET_EXHAUSTED` | 403 Forbidden |
 /// | `NOT_FOUND` | 404 Not Found |
 /// | `IN_PROGRESS` | 409 Conflict |
 /// | `IDEMPOTENCY_KEY_REUSED` | 422 Unprocessable Content |
@@ -40,6 +41,7 @@ pub const fn status_for(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorKind::BudgetExhausted => StatusCode::FORBIDDEN,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::InProgress => StatusCode::CONFLICT,
         ErrorKind::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,

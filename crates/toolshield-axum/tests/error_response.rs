@@ -44,6 +44,7 @@ fn expected_status(kind: ErrorKind) -> u16 {
         ErrorKind::StoreUnavailable => 503,
         ErrorKind::Internal => 500,
         ErrorKind::Overloaded => 503,
+        ErrorKind::BudgetExhausted => 403,
         other => panic!("no expected status for {other}: add it to this table and docs/axum.md"),
     }
 }

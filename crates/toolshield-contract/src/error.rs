@@ -48,11 +48,15 @@ pub enum ErrorKind {
     /// Too many calls in flight: the call was turned away before it started (tower's
     /// `LoadShed`, a full bulkhead). Retriable; says nothing about the tool's health.
     Overloaded,
+    /// The agent run (or caller) has used up its call budget for the tool, or in total.
+    /// Never retried, never a breaker failure: the model should stop calling the tool and
+    /// answer with what it has.
+    BudgetExhausted,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 17] = [
         ErrorKind::Timeout,
         ErrorKind::RateLimited,
         ErrorKind::CircuitOpen,
@@ -69,6 +73,7 @@ impl ErrorKind {
         ErrorKind::StoreUnavailable,
         ErrorKind::Internal,
         ErrorKind::Overloaded,
+        ErrorKind::BudgetExhausted,
     ];
 
     /// The stable code, e.g. `RATE_LIMITED`.
@@ -90,6 +95,7 @@ impl ErrorKind {
             ErrorKind::StoreUnavailable => "STORE_UNAVAILABLE",
             ErrorKind::Internal => "INTERNAL",
             ErrorKind::Overloaded => "OVERLOADED",
+            ErrorKind::BudgetExhausted => "BUDGET_EXHAUSTED",
         }
     }
 
@@ -146,6 +152,7 @@ impl ErrorKind {
             ErrorKind::StoreUnavailable => format!("The tool `{tool}` cannot be called safely right now. Try again later."),
             ErrorKind::Internal => format!("The call to `{tool}` failed inside the tool layer. Try again later, or use another approach."),
             ErrorKind::Overloaded => format!("The tool `{tool}` is busy with other calls. Try again in a moment, or use another tool."),
+            ErrorKind::BudgetExhausted => format!("The call budget for `{tool}` in this run is used up. Do not call `{tool}` again; answer with the information you already have."),
         }
     }
 }
