@@ -19,7 +19,11 @@ impl fmt::Display for ConfigProblem {
 }
 
 /// Every problem found in a configuration. Never empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` output is the same readable list as its `Display`, so a `main` that
+/// returns `Result<(), Box<dyn Error>>` and fails on `?` prints every problem, one per
+/// line, not a struct dump.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     problems: Vec<ConfigProblem>,
 }
@@ -70,6 +74,12 @@ impl fmt::Display for ConfigError {
             write!(f, "\n  - {p}")?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

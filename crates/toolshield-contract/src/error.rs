@@ -324,10 +324,15 @@ impl ToolError {
     /// with a known wait says how long.
     pub fn for_model(&self, tool: &str) -> String {
         match (self.kind, self.retry_after) {
-            (ErrorKind::RateLimited, Some(wait)) => format!(
-                "The tool `{tool}` is rate limited. Wait {} seconds before calling it again.",
-                wait.as_secs().max(1)
-            ),
+            (ErrorKind::RateLimited, Some(wait)) => {
+                // Rounded up: told "6" after a 6.5 s wait, the model would come back early
+                // and be refused again.
+                let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+                let unit = if secs == 1 { "second" } else { "seconds" };
+                format!(
+                    "The tool `{tool}` is rate limited. Wait {secs} {unit} before calling it again."
+                )
+            }
             (kind, _) => kind.for_model(tool),
         }
     }

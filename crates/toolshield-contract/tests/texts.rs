@@ -1,0 +1,49 @@
+//! What a model and a person read: `for_model` texts and configuration errors.
+
+use std::time::Duration;
+
+use toolshield_contract::{ConfigError, ErrorKind, ToolError};
+
+#[test]
+fn a_rate_limit_wait_is_rounded_up_never_down() {
+    let text =
+        |wait: Duration| ToolError::rate_limited("slow down", Some(wait)).for_model("weather");
+    // 6.5 s must not read "6": the model would come back early and be refused again.
+    assert!(text(Duration::from_millis(6_500)).contains("Wait 7 seconds"));
+    assert!(text(Duration::from_secs(6)).contains("Wait 6 seconds"));
+    assert!(text(Duration::from_millis(6_001)).contains("Wait 7 seconds"));
+    // Below a second is still a wait, and one second is singular.
+    assert!(text(Duration::from_millis(10)).contains("Wait 1 second before"));
+    assert!(text(Duration::ZERO).contains("Wait 1 second before"));
+}
+
+#[test]
+fn a_budget_exhausted_text_tells_the_model_to_stop() {
+    let kind = ErrorKind::BudgetExhausted;
+    assert_eq!(kind.code(), "BUDGET_EXHAUSTED");
+    assert_eq!(ErrorKind::from_code("BUDGET_EXHAUSTED"), Some(kind));
+    assert!(!kind.is_retriable());
+    assert!(!kind.counts_for_breaker());
+    let text = kind.for_model("search");
+    assert!(text.contains("Do not call `search` again"), "{text}");
+    assert!(
+        text.contains("answer with the information you already have"),
+        "{text}"
+    );
+}
+
+#[test]
+fn config_error_debug_is_the_readable_list() {
+    let mut e = ConfigError::single("retry.max_attempts", "must be at least 1");
+    e = e.prefixed("tools.pay");
+    let debug = format!("{e:?}");
+    assert_eq!(debug, e.to_string());
+    assert!(
+        debug.contains("\n  - tools.pay.retry.max_attempts: must be at least 1"),
+        "{debug}"
+    );
+    assert!(!debug.contains("ConfigError {"), "{debug}");
+    // As `main` prints it after `?`: through a boxed error.
+    let boxed: Box<dyn std::error::Error> = Box::new(e);
+    assert!(!format!("{boxed:?}").contains("problems: ["));
+}
