@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use toolshield::config::ShieldConfig;
 use toolshield::prelude::*;
 use toolshield::shield::{BoxTool, Shield, ToolRouter};

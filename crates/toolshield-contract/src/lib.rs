@@ -21,6 +21,9 @@ pub use error::{ErrorKind, ToolError};
 pub use kind::CallKind;
 pub use state::CallState;
 pub use tokens::{AttemptGuard, CallTokens};
+/// The token type of [`CallTokens`] and `ToolRequest::cancel_token`, re-exported so a
+/// caller needs no `tokio-util` dependency of its own (nor keep its version in step).
+pub use tokio_util::sync::CancellationToken;
 pub use traits::{CallMeta, InBandFailure, ShieldRequest, ShieldResponse, SlowCall};
 
 /// tower's boxed error, which the generic layers accept from inner services and convert

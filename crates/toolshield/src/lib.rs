@@ -65,7 +65,8 @@ pub use shield::{BoxTool, RouterBuilder, Shield, ToolRouter};
 pub mod prelude {
     pub use crate::{ServiceBuilderExt, Shield, ShieldConfig, ToolRouter};
     pub use toolshield_core::{
-        CallKind, ErrorKind, Provenance, ToolError, ToolRequest, ToolResponse, ToolResult,
+        CallKind, CancellationToken, ErrorKind, Provenance, ToolError, ToolRequest,
+        ToolResponse, ToolResult, ToolStatus,
     };
 }
 
