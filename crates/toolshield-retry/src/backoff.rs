@@ -137,35 +137,77 @@ const fn bounded(d: Duration) -> Duration {
 impl BackoffStrategy {
     /// Exponential backoff: `min(cap, base × factor^(retry − 1))` with `jitter`.
     ///
-    /// `base` and `cap` longer than [`MAX_DURATION`] (366 days) are clamped to it (a
-    /// configuration file is stricter: [`RetryConfig::validate`](crate::RetryConfig::validate)
-    /// rejects them).
+    /// What a configuration file would be refused for
+    /// ([`RetryConfig::validate`](crate::RetryConfig::validate) lists it) is made valid
+    /// here, so a built strategy always passes [`check`](Self::check): `base` and `cap`
+    /// longer than [`MAX_DURATION`] (366 days) are clamped to it, a `base` above `cap` is
+    /// lowered to `cap` (the ceiling of every wait), and a `factor` below 1 (or not a number) becomes 1.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use toolshield_retry::{BackoffStrategy, Jitter};
+    /// let s = BackoffStrategy::exponential(Duration::from_secs(2), 0.5, Duration::from_secs(1), Jitter::None);
+    /// assert_eq!(s, BackoffStrategy::exponential(Duration::from_secs(1), 1.0, Duration::from_secs(1), Jitter::None));
+    /// ```
     #[must_use]
     pub const fn exponential(base: Duration, factor: f64, cap: Duration, jitter: Jitter) -> Self {
+        let cap = bounded(cap);
+        let base = bounded(base);
         BackoffStrategy::Exponential {
-            base: bounded(base),
-            factor,
-            cap: bounded(cap),
+            // The cap is the ceiling of every wait: a base above it is lowered to it.
+            base: if base.as_nanos() > cap.as_nanos() {
+                cap
+            } else {
+                base
+            },
+            // `!(factor >= 1.0)` is also true for NaN.
+            factor: if factor.is_finite() && factor >= 1.0 {
+                factor
+            } else if factor == f64::INFINITY {
+                f64::MAX
+            } else {
+                1.0
+            },
+            cap,
             jitter,
         }
     }
 
     /// Decorrelated jitter between `base` and `cap`, each clamped to [`MAX_DURATION`].
+    /// Made valid as [`exponential`](Self::exponential) is: a zero `base` (from which
+    /// the waits could never grow) becomes 1 ms (and a cap below that, 1 ms), and a `base`
+    /// above `cap` is lowered to it.
     #[must_use]
     pub const fn decorrelated(base: Duration, cap: Duration) -> Self {
-        BackoffStrategy::Decorrelated {
-            base: bounded(base),
-            cap: bounded(cap),
-        }
+        const MIN: Duration = Duration::from_millis(1);
+        let cap = bounded(cap);
+        let cap = if cap.as_nanos() < MIN.as_nanos() {
+            MIN
+        } else {
+            cap
+        };
+        let base = bounded(base);
+        let base = if base.is_zero() {
+            MIN
+        } else if base.as_nanos() > cap.as_nanos() {
+            cap
+        } else {
+            base
+        };
+        BackoffStrategy::Decorrelated { base, cap }
     }
 
     /// A uniform wait in `[min, max]` before every retry, each clamped to
-    /// [`MAX_DURATION`].
+    /// [`MAX_DURATION`]. Bounds given in the wrong order are swapped, so
+    /// `fixed_range(500ms, 200ms)` is `fixed_range(200ms, 500ms)`, which a configuration
+    /// file would be told to write.
     #[must_use]
     pub const fn fixed_range(min: Duration, max: Duration) -> Self {
-        BackoffStrategy::Fixed {
-            min: bounded(min),
-            max: bounded(max),
+        let (min, max) = (bounded(min), bounded(max));
+        if min.as_nanos() <= max.as_nanos() {
+            BackoffStrategy::Fixed { min, max }
+        } else {
+            BackoffStrategy::Fixed { min: max, max: min }
         }
     }
 

@@ -112,6 +112,21 @@ fn no_panic_whatever_the_numbers() {
         BackoffStrategy::exponential(MS(9000), 2.0, MS(5000), Jitter::None),
         BackoffStrategy::decorrelated(Duration::ZERO, MS(10)),
         BackoffStrategy::decorrelated(Duration::MAX, Duration::MAX),
+        // Written as the variants, not made valid by a builder.
+        BackoffStrategy::Fixed {
+            min: MS(900),
+            max: MS(500),
+        },
+        BackoffStrategy::Exponential {
+            base: MS(9000),
+            factor: f64::NAN,
+            cap: MS(5000),
+            jitter: Jitter::Full,
+        },
+        BackoffStrategy::Decorrelated {
+            base: Duration::ZERO,
+            cap: Duration::ZERO,
+        },
     ];
     let mut rng = fastrand::Rng::with_seed(3);
     for b in weird {
@@ -137,4 +152,29 @@ fn a_closure_is_a_backoff() {
     let linear = |retry: u32, _: Duration, _: &mut fastrand::Rng| MS(100) * retry;
     let mut rng = fastrand::Rng::with_seed(0);
     assert_eq!(linear.wait(3, Duration::ZERO, &mut rng), MS(300));
+}
+
+/// What a configuration file is refused for, a builder makes valid: a built strategy
+/// always passes the config's own check.
+#[test]
+fn built_strategies_always_pass_the_config_check() {
+    use toolshield_contract::config::Problems;
+    let ms = Duration::from_millis;
+    let built = [
+        BackoffStrategy::fixed_range(ms(500), ms(200)),
+        BackoffStrategy::exponential(ms(900), 0.5, ms(100), Jitter::Full),
+        BackoffStrategy::exponential(ms(1), f64::NAN, ms(1), Jitter::None),
+        BackoffStrategy::exponential(ms(1), f64::INFINITY, Duration::MAX, Jitter::None),
+        BackoffStrategy::decorrelated(Duration::ZERO, Duration::ZERO),
+        BackoffStrategy::decorrelated(ms(900), ms(100)),
+    ];
+    for s in built {
+        let mut p = Problems::new();
+        s.check("backoff", &mut p);
+        assert!(p.into_result().is_ok(), "{s:?} fails the config check");
+    }
+    assert_eq!(
+        BackoffStrategy::fixed_range(ms(500), ms(200)),
+        BackoffStrategy::fixed_range(ms(200), ms(500))
+    );
 }

@@ -70,12 +70,13 @@ fn unknown_fields_are_rejected() {
 fn validation_lists_every_problem_at_once() {
     let cfg = RetryConfig {
         max_attempts: 0,
-        backoff: BackoffStrategy::exponential(
-            Duration::from_secs(10),
-            0.0,
-            Duration::from_secs(5),
-            Jitter::Full,
-        ),
+        // Written as a file would (the builder would make it valid).
+        backoff: BackoffStrategy::Exponential {
+            base: Duration::from_secs(10),
+            factor: 0.0,
+            cap: Duration::from_secs(5),
+            jitter: Jitter::Full,
+        },
         budget: BudgetConfig {
             enabled: true,
             ratio: -0.5,
@@ -115,10 +116,10 @@ fn validation_lists_every_problem_at_once() {
 #[test]
 fn fixed_range_with_min_above_max_is_rejected() {
     let cfg = RetryConfig {
-        backoff: BackoffStrategy::fixed_range(
-            Duration::from_millis(900),
-            Duration::from_millis(500),
-        ),
+        backoff: BackoffStrategy::Fixed {
+            min: Duration::from_millis(900),
+            max: Duration::from_millis(500),
+        },
         ..Default::default()
     };
     let err = cfg.validate().unwrap_err();
@@ -130,7 +131,10 @@ fn fixed_range_with_min_above_max_is_rejected() {
 #[test]
 fn decorrelated_needs_a_positive_base_and_a_disabled_budget_is_not_checked() {
     let cfg = RetryConfig {
-        backoff: BackoffStrategy::decorrelated(Duration::ZERO, Duration::from_secs(1)),
+        backoff: BackoffStrategy::Decorrelated {
+            base: Duration::ZERO,
+            cap: Duration::from_secs(1),
+        },
         budget: BudgetConfig {
             enabled: false,
             ratio: f64::NAN,

@@ -65,8 +65,8 @@ pub use shield::{BoxTool, RouterBuilder, Shield, ToolRouter};
 pub mod prelude {
     pub use crate::{ServiceBuilderExt, Shield, ShieldConfig, ToolRouter};
     pub use toolshield_core::{
-        CallKind, CancellationToken, ErrorKind, Provenance, ToolError, ToolRequest,
-        ToolResponse, ToolResult, ToolStatus,
+        CallKind, CancellationToken, ErrorKind, Provenance, ToolError, ToolRequest, ToolResponse,
+        ToolResult, ToolStatus,
     };
 }
 
