@@ -28,7 +28,7 @@ pub fn client_error(error: impl Into<BoxError>) -> ToolError {
 ///   refused, DNS, TLS handshake, connect timeout; an I/O `ConnectionRefused`):
 ///   `CONNECTION_FAILED`, retriable;
 /// - a timeout anywhere else in the source chain (an `io::ErrorKind::TimedOut`, a hyper
-///   timeout, a tokio `Elapsed`): `TIMEOUT`;
+///   timeout, tokio's or tower's `Elapsed`): `TIMEOUT`;
 /// - anything else may have happened after the request left (reset, closed, EOF before
 ///   the answer): `OUTCOME_UNKNOWN` for a [`Mutating`](CallKind::Mutating) call (never
 ///   retried; the idempotency layer keeps the key), `UPSTREAM_UNAVAILABLE` (retriable)
@@ -97,7 +97,8 @@ fn stage(error: &(dyn StdError + 'static)) -> Stage {
                 std::io::ErrorKind::TimedOut => timed_out = true,
                 _ => {}
             }
-        } else if e.is::<tokio::time::error::Elapsed>() {
+        } else if e.is::<tokio::time::error::Elapsed>() || e.is::<tower::timeout::error::Elapsed>()
+        {
             timed_out = true;
         }
         current = e.source();

@@ -210,6 +210,13 @@ async fn the_error_layer_maps_client_errors() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert!(std::error::Error::source(&err).is_some());
+
+    // tower's own timeout, outside the client: TIMEOUT as well, for a POST too (it is
+    // not a lost connection).
+    for kind in [CallKind::Idempotent, CallKind::Mutating] {
+        let err = toolshield_http::client_error_for(kind, tower::timeout::error::Elapsed::new());
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{kind:?}");
+    }
 }
 
 #[tokio::test]
