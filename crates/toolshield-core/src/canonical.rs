@@ -74,17 +74,76 @@ impl<'de> Deserialize<'de> for Digest {
 /// Where canonical bytes go: a hasher or a buffer.
 trait Sink {
     fn put(&mut self, bytes: &[u8]);
+    /// One byte: most pieces of canonical JSON are one punctuation byte.
+    fn put_byte(&mut self, byte: u8);
 }
 
-impl Sink for Sha256 {
+/// A hasher fed through a stack buffer: the canonical writer emits many pieces of a few
+/// bytes each (a quote, a colon, a short key), and one `update` per piece costs more than
+/// the hashing itself. Pieces are gathered here and hashed a block run at a time.
+struct BufferedHasher {
+    hasher: Sha256,
+    buf: [u8; BUFFERED],
+    len: usize,
+}
+
+/// Four SHA-256 blocks.
+const BUFFERED: usize = 256;
+
+impl BufferedHasher {
+    fn new() -> Self {
+        BufferedHasher {
+            hasher: Sha256::new(),
+            buf: [0; BUFFERED],
+            len: 0,
+        }
+    }
+
+    fn finish(mut self) -> Digest {
+        self.hasher.update(&self.buf[..self.len]);
+        Digest(self.hasher.finalize().into())
+    }
+}
+
+impl Sink for BufferedHasher {
+    #[inline]
     fn put(&mut self, bytes: &[u8]) {
-        self.update(bytes);
+        let end = self.len + bytes.len();
+        if end <= BUFFERED {
+            self.buf[self.len..end].copy_from_slice(bytes);
+            self.len = end;
+            return;
+        }
+        self.hasher.update(&self.buf[..self.len]);
+        self.len = 0;
+        if bytes.len() >= BUFFERED {
+            self.hasher.update(bytes);
+        } else {
+            self.buf[..bytes.len()].copy_from_slice(bytes);
+            self.len = bytes.len();
+        }
+    }
+
+    #[inline]
+    fn put_byte(&mut self, byte: u8) {
+        if self.len == BUFFERED {
+            self.hasher.update(&self.buf);
+            self.len = 0;
+        }
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = byte;
+            self.len += 1;
+        }
     }
 }
 
 impl Sink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
+    }
+
+    fn put_byte(&mut self, byte: u8) {
+        self.push(byte);
     }
 }
 
@@ -107,14 +166,14 @@ fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
         Value::Number(n) => write_number(n, out),
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
-            out.put(b"[");
+            out.put_byte(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.put(b",");
+                    out.put_byte(b',');
                 }
                 write_canonical(item, out);
             }
-            out.put(b"]");
+            out.put_byte(b']');
         }
         Value::Object(map) => {
             // serde_json's map is usually ordered by bytes already, which is UTF-16 order
@@ -130,14 +189,14 @@ fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
                 }
                 prev = Some(k);
             }
-            out.put(b"{");
+            out.put_byte(b'{');
             if sorted {
                 for (i, (k, v)) in map.iter().enumerate() {
                     if i > 0 {
-                        out.put(b",");
+                        out.put_byte(b',');
                     }
                     write_string(k, out);
-                    out.put(b":");
+                    out.put_byte(b':');
                     write_canonical(v, out);
                 }
             } else {
@@ -145,19 +204,55 @@ fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
                 entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
                 for (i, (k, v)) in entries.into_iter().enumerate() {
                     if i > 0 {
-                        out.put(b",");
+                        out.put_byte(b',');
                     }
                     write_string(k, out);
-                    out.put(b":");
+                    out.put_byte(b':');
                     write_canonical(v, out);
                 }
             }
-            out.put(b"}");
+            out.put_byte(b'}');
         }
     }
 }
 
+/// 2^53: every integer of at most this magnitude is exactly a double, and ECMAScript
+/// writes it as its plain decimal digits.
+const EXACT_INTEGER: u64 = 1 << 53;
+
+/// Writes an integer of magnitude at most [`EXACT_INTEGER`] as decimal digits, without
+/// going through a double.
+fn write_integer<S: Sink>(negative: bool, mut magnitude: u64, out: &mut S) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        // `magnitude % 10` is below 10, so it fits a byte.
+        buf[at] = b'0' + (magnitude % 10) as u8;
+        magnitude /= 10;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    if negative {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    out.put(&buf[at..]);
+}
+
 fn write_number<S: Sink>(n: &serde_json::Number, out: &mut S) {
+    // The common case, an integer a double holds exactly: its digits (0 and -0 alike
+    // are "0", and serde_json has no integer -0).
+    if let Some(u) = n.as_u64() {
+        if u <= EXACT_INTEGER {
+            return write_integer(false, u, out);
+        }
+    } else if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= EXACT_INTEGER {
+            return write_integer(i < 0, i.unsigned_abs(), out);
+        }
+    }
     // I-JSON numbers are IEEE doubles: integers beyond 2^53 lose precision exactly as
     // they would in JavaScript, which is what RFC 8785 specifies.
     let f = if let Some(i) = n.as_i64() {
@@ -169,17 +264,53 @@ fn write_number<S: Sink>(n: &serde_json::Number, out: &mut S) {
     };
     if f == 0.0 {
         // both 0 and -0 are written "0"
-        out.put(b"0");
+        out.put_byte(b'0');
         return;
     }
     let mut buf = ryu_js::Buffer::new();
     out.put(buf.format_finite(f).as_bytes());
 }
 
+/// Whether `b` must be escaped in a JSON string.
+#[inline]
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// Whether any byte of `bytes` must be escaped, eight bytes at a time (SWAR: a byte
+/// below 0x20, or equal to `"` or `\\`, sets its high bit in the masks below).
+fn any_needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    /// Whether some byte of `v` is below `n` (exact for `n <= 128`).
+    const fn has_less(v: u64, n: u8) -> bool {
+        v.wrapping_sub(ONES.wrapping_mul(n as u64)) & !v & HIGH != 0
+    }
+    const fn has_byte(v: u64, b: u8) -> bool {
+        has_less(v ^ ONES.wrapping_mul(b as u64), 1)
+    }
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let v = u64::from_ne_bytes(word);
+        if has_less(v, 0x20) || has_byte(v, b'"') || has_byte(v, b'\\') {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&b| needs_escape(b))
+}
+
 fn write_string<S: Sink>(s: &str, out: &mut S) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.put(b"\"");
     let bytes = s.as_bytes();
+    out.put_byte(b'"');
+    // Nearly every key and value has nothing to escape: one check, one copy.
+    if !any_needs_escape(bytes) {
+        out.put(bytes);
+        out.put_byte(b'"');
+        return;
+    }
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let escape: &[u8] = match b {
@@ -213,7 +344,7 @@ fn write_string<S: Sink>(s: &str, out: &mut S) {
     if start < bytes.len() {
         out.put(&bytes[start..]);
     }
-    out.put(b"\"");
+    out.put_byte(b'"');
 }
 
 /// The RFC 8785 canonical form of a JSON value.
@@ -226,12 +357,12 @@ pub fn canonical_json(value: &Value) -> Result<String, ToolError> {
     String::from_utf8(buf).map_err(|e| ToolError::from_source(ErrorKind::Internal, e))
 }
 
-/// SHA-256 of the canonical JSON of `value`, streamed into the hasher without an
-/// intermediate buffer.
+/// SHA-256 of the canonical JSON of `value`, streamed into the hasher through a small
+/// stack buffer (never the whole canonical text).
 pub fn payload_digest(value: &Value) -> Result<Digest, ToolError> {
-    let mut hasher = Sha256::new();
+    let mut hasher = BufferedHasher::new();
     write_canonical(value, &mut hasher);
-    Ok(Digest(hasher.finalize().into()))
+    Ok(hasher.finish())
 }
 
 /// The cache key of a read-only call: `{tool}:{sha256(canonical payload)}`.

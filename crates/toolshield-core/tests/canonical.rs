@@ -15,6 +15,19 @@ fn arb_json() -> impl Strategy<Value = Value> {
             .prop_filter("finite", |f| f.is_finite())
             .prop_map(|f| json!(f)),
         "\\PC{0,12}".prop_map(Value::String),
+        // Longer than the digest's 256-byte buffer, with or without escapes.
+        "\\PC{200,400}".prop_map(Value::String),
+        "[a\"\\\\\n\u{1}]{250,600}".prop_map(Value::String),
+        // Around 2^53, where integers stop being written from their digits.
+        prop_oneof![
+            Just(1i64 << 53),
+            Just((1i64 << 53) + 1),
+            Just((1i64 << 53) - 1),
+            Just(-(1i64 << 53)),
+            Just(-(1i64 << 53) - 1),
+            Just(i64::MIN),
+        ]
+        .prop_map(|n| json!(n)),
         // control characters, quotes, backslashes, astral and high-BMP characters
         prop::collection::vec(
             prop_oneof![
