@@ -6,7 +6,8 @@ use std::pin::pin;
 use std::task::{Context, Waker};
 
 use rmcp::model::{
-    CancelTaskParams, CancelTaskRequest, CancelledNotification, CancelledNotificationParam, ClientRequest, RequestId,
+    CancelTaskParams, CancelTaskRequest, CancelledNotification, CancelledNotificationParam,
+    ClientRequest, RequestId,
 };
 use rmcp::service::{PeerRequestOptions, RoleClient};
 use rmcp::Peer;
@@ -105,8 +106,9 @@ impl TaskCancel {
         let Some(task_id) = self.task_id.take() else {
             return;
         };
-        let request =
-            ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(task_id)));
+        let request = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
+            CancelTaskParams::new(task_id),
+        ));
         enqueue(
             self.peer
                 .send_cancellable_request(request, PeerRequestOptions::no_options()),

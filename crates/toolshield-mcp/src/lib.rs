@@ -73,9 +73,9 @@ mod service;
 mod task;
 
 pub use cancel::{REASON_ABANDONED, REASON_CANCELLED};
-pub use task::{RELATED_TASK_META, TASK_POLL_FIRST, TASK_POLL_HINT_MAX, TASK_POLL_MAX};
 pub use map::{
     map_call_error, map_protocol_error, map_result, map_service_error, result_text, IsErrorPolicy,
     MAX_MESSAGE,
 };
 pub use service::{McpClientService, McpFuture, McpTool};
+pub use task::{RELATED_TASK_META, TASK_POLL_FIRST, TASK_POLL_HINT_MAX, TASK_POLL_MAX};

@@ -186,7 +186,9 @@ impl McpClientService {
             let token = req.attempt_token();
             // Cancelled before sending: nothing to tell the server.
             if token.is_cancelled() {
-                return Err(ToolError::cancelled(format!("mcp call of `{name}` cancelled")));
+                return Err(ToolError::cancelled(format!(
+                    "mcp call of `{name}` cancelled"
+                )));
             }
             let mut params = CallToolRequestParams::new(name.clone());
             params.arguments = arguments;
@@ -228,9 +230,11 @@ impl McpClientService {
                     .follow(created)
                     .await
                 }
-                Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::execution_failed(format!(
+                Ok(ServerResult::InputRequiredResult(_)) => {
+                    Err(ToolError::execution_failed(format!(
                     "mcp tool `{name}` asked for client input, which this client does not support"
-                ))),
+                )))
+                }
                 Ok(_) => Err(ToolError::execution_failed(format!(
                     "mcp tool `{name}` answered with something other than a tool result"
                 ))),

@@ -134,13 +134,15 @@ impl TaskCall<'_> {
                 }
                 TaskPayload::Failed { error } => {
                     guard.disarm();
-                    return Err(match serde_json::from_value::<ErrorData>(Value::Object(error)) {
-                        Ok(data) => map_protocol_error(self.name, &data),
-                        Err(_) => ToolError::execution_failed(format!(
-                            "mcp task `{task_id}` for `{}` failed",
-                            self.name
-                        )),
-                    });
+                    return Err(
+                        match serde_json::from_value::<ErrorData>(Value::Object(error)) {
+                            Ok(data) => map_protocol_error(self.name, &data),
+                            Err(_) => ToolError::execution_failed(format!(
+                                "mcp task `{task_id}` for `{}` failed",
+                                self.name
+                            )),
+                        },
+                    );
                 }
                 TaskPayload::Cancelled => {
                     guard.disarm();
@@ -171,7 +173,10 @@ mod tests {
 
     #[test]
     fn wait_takes_the_longer_of_backoff_and_hint_with_the_hint_capped() {
-        assert_eq!(next_wait(Duration::from_millis(50), None), Duration::from_millis(50));
+        assert_eq!(
+            next_wait(Duration::from_millis(50), None),
+            Duration::from_millis(50)
+        );
         assert_eq!(
             next_wait(Duration::from_millis(50), Some(400)),
             Duration::from_millis(400)
@@ -180,6 +185,9 @@ mod tests {
             next_wait(Duration::from_secs(2), Some(10)),
             Duration::from_secs(2)
         );
-        assert_eq!(next_wait(Duration::from_millis(50), Some(u64::MAX)), TASK_POLL_HINT_MAX);
+        assert_eq!(
+            next_wait(Duration::from_millis(50), Some(u64::MAX)),
+            TASK_POLL_HINT_MAX
+        );
     }
 }

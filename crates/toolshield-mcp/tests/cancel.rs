@@ -9,14 +9,14 @@ use rmcp::model::{
     ContentBlock, RequestId,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolshield::prelude::*;
 use toolshield::timeout::TimeoutLayer;
 use toolshield_mcp::{McpClientService, REASON_ABANDONED, REASON_CANCELLED};
-use tower::{Layer, ServiceExt};
+use tower::{Layer as _, ServiceExt as _};
 
 /// What the server saw.
 #[derive(Default)]
@@ -119,7 +119,11 @@ fn read(tool: &str) -> ToolRequest {
 /// A full round trip after the notice: a second notice sent with the first would have
 /// arrived by then (one connection, one ordered stream).
 async fn settle(client: &McpClientService) {
-    let res = client.clone().oneshot(read("fast")).await.expect("fast answers");
+    let res = client
+        .clone()
+        .oneshot(read("fast"))
+        .await
+        .expect("fast answers");
     assert_eq!(res.output["content"][0]["text"], "done");
     for _ in 0..10 {
         tokio::task::yield_now().await;
@@ -137,7 +141,11 @@ fn assert_one_notice(log: &Log, reason: &str) {
         vec![(Some(started[0].clone()), Some(reason.to_owned()))],
         "exactly one notice, for the slow call"
     );
-    assert_eq!(*log.observed.lock().unwrap(), started, "the handler saw its cancellation");
+    assert_eq!(
+        *log.observed.lock().unwrap(),
+        started,
+        "the handler saw its cancellation"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -150,8 +158,10 @@ async fn attempt_timeout_sends_one_notice_and_the_tool_sees_it() {
 
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert_eq!(begun.elapsed(), Duration::from_secs(2));
-    log.until("the cancellation", |l| !l.observed.lock().unwrap().is_empty())
-        .await;
+    log.until("the cancellation", |l| {
+        !l.observed.lock().unwrap().is_empty()
+    })
+    .await;
     settle(&client).await;
     assert_one_notice(&log, REASON_ABANDONED);
 }
@@ -160,7 +170,11 @@ async fn attempt_timeout_sends_one_notice_and_the_tool_sees_it() {
 async fn caller_cancel_sends_one_notice_with_the_cancel_reason() {
     let (client, log) = start().await;
     let token = CancellationToken::new();
-    let call = tokio::spawn(client.clone().oneshot(read("slow").cancel_token(token.clone())));
+    let call = tokio::spawn(
+        client
+            .clone()
+            .oneshot(read("slow").cancel_token(token.clone())),
+    );
     log.until("the call", |l| !l.started.lock().unwrap().is_empty())
         .await;
 
@@ -168,8 +182,10 @@ async fn caller_cancel_sends_one_notice_with_the_cancel_reason() {
     let err = call.await.unwrap().expect_err("cancelled");
 
     assert_eq!(err.kind(), ErrorKind::Cancelled, "{err}");
-    log.until("the cancellation", |l| !l.observed.lock().unwrap().is_empty())
-        .await;
+    log.until("the cancellation", |l| {
+        !l.observed.lock().unwrap().is_empty()
+    })
+    .await;
     settle(&client).await;
     assert_one_notice(&log, REASON_CANCELLED);
 }
@@ -184,8 +200,10 @@ async fn dropped_future_sends_one_notice() {
     }
     // The `select!` dropped the call's future.
 
-    log.until("the cancellation", |l| !l.observed.lock().unwrap().is_empty())
-        .await;
+    log.until("the cancellation", |l| {
+        !l.observed.lock().unwrap().is_empty()
+    })
+    .await;
     settle(&client).await;
     assert_one_notice(&log, REASON_ABANDONED);
 }
@@ -198,7 +216,7 @@ async fn timeout_through_the_full_stack_sends_one_notice_per_attempt() {
             r#"
 [defaults]
 kind = "read_only"
-timeout = { attempt = "1s" }
+timeout = { attempt = "1s", soft = "500ms" }
 retry = { max_attempts = 2, backoff = { strategy = "none" } }
 "#,
         )
@@ -210,8 +228,10 @@ retry = { max_attempts = 2, backoff = { strategy = "none" } }
     let err = svc.oneshot(read("slow")).await.expect_err("times out");
 
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-    log.until("both cancellations", |l| l.observed.lock().unwrap().len() == 2)
-        .await;
+    log.until("both cancellations", |l| {
+        l.observed.lock().unwrap().len() == 2
+    })
+    .await;
     settle(&client).await;
     let started = log.started.lock().unwrap().clone();
     assert_eq!(started.len(), 2, "two attempts");

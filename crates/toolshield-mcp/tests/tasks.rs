@@ -12,7 +12,7 @@ use rmcp::model::{
     GetTaskResult, ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use toolshield::prelude::*;
 use toolshield::timeout::TimeoutLayer;
 use toolshield_mcp::{McpClientService, RELATED_TASK_META};
-use tower::{Layer, ServiceExt};
+use tower::{Layer as _, ServiceExt as _};
 
 const STAMP: &str = "2026-01-01T00:00:00Z";
 const HINT_MS: u64 = 100;
@@ -191,7 +191,8 @@ fn read(tool: &str) -> ToolRequest {
     ToolRequest::new(tool, json!({})).kind(CallKind::ReadOnly)
 }
 
-/// Lets queued messages reach the server.
+/// Lets queued messages reach the server. The tests keep a clone of the client: the
+/// connection lives as long as one does.
 async fn settle() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
@@ -203,13 +204,16 @@ async fn a_task_is_polled_to_its_result_as_one_call() {
     let (client, log) = start().await;
     let begun = Instant::now();
 
-    let res = client.oneshot(read("finish")).await.expect("the task completes");
+    let res = client
+        .clone()
+        .oneshot(read("finish"))
+        .await
+        .expect("the task completes");
 
     assert_eq!(res.output["content"][0]["text"], "finished");
     assert!(!res.is_error());
     assert_eq!(
-        res.output["_meta"][RELATED_TASK_META]["taskId"],
-        "task-finish-0",
+        res.output["_meta"][RELATED_TASK_META]["taskId"], "task-finish-0",
         "the task id is recorded"
     );
     let polls = log.polls.lock().unwrap().clone();
@@ -229,7 +233,11 @@ async fn a_task_is_polled_to_its_result_as_one_call() {
 async fn a_failed_task_maps_like_a_protocol_error() {
     let (client, log) = start().await;
 
-    let err = client.oneshot(read("fail")).await.expect_err("the task failed");
+    let err = client
+        .clone()
+        .oneshot(read("fail"))
+        .await
+        .expect_err("the task failed");
 
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
     assert!(err.to_string().contains("must be a number"), "{err}");
@@ -255,7 +263,11 @@ async fn a_task_the_server_cancelled_is_an_execution_failure() {
 async fn caller_cancel_cancels_the_task_once() {
     let (client, log) = start().await;
     let token = CancellationToken::new();
-    let call = tokio::spawn(client.oneshot(read("forever").cancel_token(token.clone())));
+    let call = tokio::spawn(
+        client
+            .clone()
+            .oneshot(read("forever").cancel_token(token.clone())),
+    );
     log.until("two polls", |l| l.polls.lock().unwrap().len() >= 2)
         .await;
 
@@ -272,7 +284,7 @@ async fn caller_cancel_cancels_the_task_once() {
 #[tokio::test(start_paused = true)]
 async fn attempt_timeout_cancels_the_task_once() {
     let (client, log) = start().await;
-    let svc = TimeoutLayer::new(Duration::from_secs(1)).layer(client);
+    let svc = TimeoutLayer::new(Duration::from_secs(1)).layer(client.clone());
     let begun = Instant::now();
 
     let err = svc.oneshot(read("forever")).await.expect_err("times out");
@@ -293,10 +305,14 @@ async fn the_request_deadline_bounds_polling_without_a_timeout_layer() {
     let begun = Instant::now();
     let req = read("forever").deadline(begun + Duration::from_millis(750));
 
-    let err = client.oneshot(req).await.expect_err("deadline");
+    let err = client.clone().oneshot(req).await.expect_err("deadline");
 
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-    assert_eq!(begun.elapsed(), Duration::from_millis(750), "stops at the deadline");
+    assert_eq!(
+        begun.elapsed(),
+        Duration::from_millis(750),
+        "stops at the deadline"
+    );
     log.until("tasks/cancel", |l| !l.cancels.lock().unwrap().is_empty())
         .await;
     settle().await;
@@ -306,7 +322,7 @@ async fn the_request_deadline_bounds_polling_without_a_timeout_layer() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_call_cancels_the_task_once() {
     let (client, log) = start().await;
-    let call = client.oneshot(read("forever"));
+    let call = client.clone().oneshot(read("forever"));
     tokio::select! {
         _ = call => panic!("the task never ends on its own"),
         () = log.until("a poll", |l| !l.polls.lock().unwrap().is_empty()) => {}
