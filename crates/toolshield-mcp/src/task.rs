@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use toolshield_core::{CallKind, ErrorKind, ToolError, ToolResponse};
 
 use crate::cancel::TaskCancel;
-use crate::map::{map_call_error, map_protocol_error, map_result, IsErrorPolicy};
+use crate::map::{capped, map_call_error, map_protocol_error, map_result, IsErrorPolicy};
 
 /// The `_meta` key under which a response that came from a task records it:
 /// `output._meta["io.modelcontextprotocol/related-task"].taskId`.
@@ -65,8 +65,9 @@ fn stamp_task(mut response: ToolResponse, task_id: &str) -> ToolResponse {
 impl TaskCall<'_> {
     fn cancelled(&self, task_id: &str) -> ToolError {
         ToolError::cancelled(format!(
-            "mcp call of `{}` cancelled (task `{task_id}` cancelled)",
-            self.name
+            "mcp call of `{}` cancelled (task `{}` cancelled)",
+            self.name,
+            capped(task_id)
         ))
     }
 
@@ -86,7 +87,8 @@ impl TaskCall<'_> {
                 if Instant::now() >= deadline {
                     guard.cancel();
                     return Err(ToolError::timeout(format!(
-                        "mcp task `{task_id}` for `{}` did not finish before the deadline",
+                        "mcp task `{}` for `{}` did not finish before the deadline",
+                        capped(&task_id),
                         self.name
                     )));
                 }
@@ -123,9 +125,10 @@ impl TaskCall<'_> {
                 TaskPayload::Completed { result } => {
                     guard.disarm();
                     let result: CallToolResult = serde_json::from_value(Value::Object(result))
-                        .map_err(|e| {
+                        .map_err(|_| {
                             ToolError::execution_failed(format!(
-                                "mcp task `{task_id}` for `{}` completed with a malformed result: {e}",
+                                "mcp task `{}` for `{}` completed with a malformed result",
+                                capped(&task_id),
                                 self.name
                             ))
                         })?;
@@ -138,7 +141,8 @@ impl TaskCall<'_> {
                         match serde_json::from_value::<ErrorData>(Value::Object(error)) {
                             Ok(data) => map_protocol_error(self.name, &data),
                             Err(_) => ToolError::execution_failed(format!(
-                                "mcp task `{task_id}` for `{}` failed",
+                                "mcp task `{}` for `{}` failed",
+                                capped(&task_id),
                                 self.name
                             )),
                         },
@@ -149,7 +153,8 @@ impl TaskCall<'_> {
                     return Err(ToolError::new(
                         ErrorKind::ExecutionFailed,
                         format!(
-                            "mcp task `{task_id}` for `{}` was cancelled by the server",
+                            "mcp task `{}` for `{}` was cancelled by the server",
+                            capped(&task_id),
                             self.name
                         ),
                     ));
@@ -158,7 +163,8 @@ impl TaskCall<'_> {
                 // them; this one cannot, so the task is cancelled (by the guard).
                 _ => {
                     return Err(ToolError::execution_failed(format!(
-                        "mcp task `{task_id}` for `{}` asked for client input, which this client does not support",
+                        "mcp task `{}` for `{}` asked for client input, which this client does not support",
+                        capped(&task_id),
                         self.name
                     )));
                 }

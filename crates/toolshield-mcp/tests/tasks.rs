@@ -35,6 +35,9 @@ enum Plan {
     Forever,
     /// Cancelled by the server at the first poll.
     ServerCancels,
+    /// A 1 MiB task id, failed at the first poll with an error that is not a JSON-RPC
+    /// error object.
+    Hostile,
 }
 
 #[derive(Default)]
@@ -105,11 +108,15 @@ impl ServerHandler for TaskServer {
             "fail" => Plan::Fail,
             "forever" => Plan::Forever,
             "server_cancels" => Plan::ServerCancels,
+            "hostile" => Plan::Hostile,
             _ => return Err(ErrorData::invalid_params("tool not found", None)),
         };
         let id = {
             let mut tasks = self.log.tasks.lock().unwrap();
-            let id = format!("task-{}-{}", req.name, tasks.len());
+            let id = match plan {
+                Plan::Hostile => "h".repeat(1 << 20),
+                _ => format!("task-{}-{}", req.name, tasks.len()),
+            };
             tasks.insert(id.clone(), (plan, 0));
             id
         };
@@ -142,6 +149,9 @@ impl ServerHandler for TaskServer {
                     error: object(json!({"code": -32602, "message": "`n` must be a number"})),
                 },
                 (Plan::ServerCancels, _) => TaskPayload::Cancelled,
+                (Plan::Hostile, _) => TaskPayload::Failed {
+                    error: object(json!({"bogus": "x".repeat(1 << 20)})),
+                },
                 _ => TaskPayload::Working,
             }
         };
@@ -332,4 +342,22 @@ async fn a_dropped_call_cancels_the_task_once() {
         .await;
     settle().await;
     assert_eq!(log.cancels(), vec!["task-forever-0".to_owned()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hostile_task_id_and_error_cannot_blow_up_the_error_message() {
+    let (client, _log) = start().await;
+
+    let err = client
+        .clone()
+        .oneshot(read("hostile"))
+        .await
+        .expect_err("the task failed");
+
+    assert_eq!(err.kind(), ErrorKind::ExecutionFailed, "{err}");
+    assert!(
+        err.to_string().len() < 2048,
+        "{} bytes",
+        err.to_string().len()
+    );
 }
