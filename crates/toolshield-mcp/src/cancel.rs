@@ -18,7 +18,7 @@ pub const REASON_CANCELLED: &str = "toolshield: call cancelled by the caller";
 
 /// The `reason` of the `notifications/cancelled` sent when the call's future is dropped
 /// before the answer: the attempt timeout or the total deadline fired, or the caller
-/// dropped the call (a lost `select!`, a hedge that lost the race).
+/// dropped the call (a lost `select!`).
 pub const REASON_ABANDONED: &str = "toolshield: call timed out or was abandoned";
 
 /// Hands `send` to rmcp's outbound queue without waiting for the transport.
