@@ -6,14 +6,20 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
-use rmcp::service::{RequestContext, RoleServer};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    ContentBlock,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::json;
 use toolshield::prelude::*;
 use toolshield::shield::Shield;
+use toolshield::timeout::TimeoutLayer;
 use toolshield_mcp::{IsErrorPolicy, McpClientService};
-use tower::ServiceExt as _;
+use tower::{Layer as _, ServiceExt as _};
 
 /// The stack's settings: short waits so the demo finishes at once.
 const CONFIG: &str = r#"
@@ -24,8 +30,8 @@ retry = { max_attempts = 3, backoff = { strategy = "exponential", base = "20ms",
 breaker = { consecutive_failures = 3, open_wait = "30s" }
 "#;
 
-/// A server with two tools: `forecast` fails twice ("busy") then answers; `broken`
-/// always reports an error.
+/// A server with three tools: `forecast` fails twice ("busy") then answers; `broken`
+/// always reports an error; `slow` works until the client cancels it.
 #[derive(Clone, Default)]
 struct WeatherServer {
     forecast_calls: Arc<AtomicU32>,
@@ -35,7 +41,7 @@ impl ServerHandler for WeatherServer {
     async fn call_tool(
         &self,
         req: CallToolRequestParams,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         match &*req.name {
             "forecast" => {
@@ -51,8 +57,27 @@ impl ServerHandler for WeatherServer {
                 println!("  [server] broken called");
                 Ok(CallToolResult::error(vec![ContentBlock::text("disk full")]).into())
             }
+            "slow" => {
+                println!("  [server] slow called, working");
+                // The request's token fires when the client's cancellation notice arrives.
+                cx.ct.cancelled().await;
+                println!("  [server] slow saw its cancellation and stopped");
+                Err(ErrorData::internal_error("cancelled", None))
+            }
             _ => Err(ErrorData::invalid_params("tool not found", None)),
         }
+    }
+
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        _cx: NotificationContext<RoleServer>,
+    ) {
+        println!(
+            "  [server] notifications/cancelled for request {:?}: {:?}",
+            notification.request_id.map(|id| id.to_string()),
+            notification.reason
+        );
     }
 }
 
@@ -97,7 +122,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         shield.breaker_for("broken").state("broken")
     );
 
-    println!("3. the server goes away:");
+    println!("3. a slow tool under a 200 ms attempt timeout:");
+    let slow = TimeoutLayer::new(Duration::from_millis(200)).layer(client.clone());
+    let req = ToolRequest::new("slow", json!({})).kind(CallKind::ReadOnly);
+    match slow.oneshot(req).await {
+        Ok(res) => println!("   unexpected success {}", res.output),
+        Err(e) => println!("   {}: {}", e.code(), e.message()),
+    }
+    // Give the server a moment to print what it saw.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    println!("4. the server goes away:");
     server_task.abort();
     let _ = server_task.await;
     let req = ToolRequest::new("forecast", json!({"city": "Oslo"})).kind(CallKind::ReadOnly);

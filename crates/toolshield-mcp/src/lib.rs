@@ -16,9 +16,18 @@
 //!   during the call -> `OUTCOME_UNKNOWN` for a `Mutating` call (never retried) and
 //!   `CONNECTION_FAILED` otherwise ([`map_call_error`]), client timeout -> `TIMEOUT`.
 //!
+//! - Cancellation reaches the server: a call cancelled by its token, timed out or dropped
+//!   before the answer sends `notifications/cancelled` for its request id, exactly once
+//!   (reason [`REASON_CANCELLED`] or [`REASON_ABANDONED`]); none after an answer.
+//! - MCP tasks: a call the server answers with a task is polled with backoff
+//!   ([`TASK_POLL_FIRST`] to [`TASK_POLL_MAX`], the server's hint honoured up to
+//!   [`TASK_POLL_HINT_MAX`]) within the call's deadline, cancelled with `tasks/cancel` when
+//!   the call is cancelled, times out or is dropped, and its id is recorded under
+//!   [`RELATED_TASK_META`] in the output's `_meta`.
+//!
 //! It is the innermost service of the default stack: the attempt timeout drops its
-//! future, which abandons the request (rmcp tries to tell the server with
-//! `notifications/cancelled`; the server may still finish the call).
+//! future, which abandons the request and tells the server; the server may still finish
+//! the call (cancellation in MCP is cooperative).
 //!
 //! # Example
 //!
@@ -58,11 +67,15 @@
 //! # Ok(()) }
 //! ```
 
+mod cancel;
 mod map;
 mod service;
+mod task;
 
+pub use cancel::{REASON_ABANDONED, REASON_CANCELLED};
 pub use map::{
     map_call_error, map_protocol_error, map_result, map_service_error, result_text, IsErrorPolicy,
     MAX_MESSAGE,
 };
 pub use service::{McpClientService, McpFuture, McpTool};
+pub use task::{RELATED_TASK_META, TASK_POLL_FIRST, TASK_POLL_HINT_MAX, TASK_POLL_MAX};

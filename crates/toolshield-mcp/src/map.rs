@@ -24,7 +24,7 @@ pub enum IsErrorPolicy {
 pub const MAX_MESSAGE: usize = 512;
 
 /// `text` cut to at most [`MAX_MESSAGE`] bytes, on a char boundary.
-fn capped(text: &str) -> &str {
+pub(crate) fn capped(text: &str) -> &str {
     if text.len() <= MAX_MESSAGE {
         return text;
     }

@@ -6,15 +6,20 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse};
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientConfig, ClientRequest, ServerResult,
+    TASKS_EXTENSION_ID,
+};
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::IntoTransport;
 use rmcp::{ClientHandler, Peer, ServiceExt};
 use serde_json::Value;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
+use crate::cancel::CancelNotice;
 use crate::map::{map_call_error, map_result, IsErrorPolicy};
+use crate::task::TaskCall;
 
 /// The future of [`McpClientService`] and [`McpTool`].
 ///
@@ -33,7 +38,12 @@ pub type McpFuture = Pin<Box<dyn Future<Output = Result<ToolResponse, ToolError>
 ///
 /// Cheap to clone: every clone shares one client connection. The call is abandoned when
 /// the request's attempt token fires (`CANCELLED`) or the future is dropped, e.g. by the
-/// attempt timeout; rmcp then tries to send `notifications/cancelled` to the server.
+/// attempt timeout; the server is then sent `notifications/cancelled` for the request,
+/// exactly once ([`REASON_CANCELLED`](crate::REASON_CANCELLED) or
+/// [`REASON_ABANDONED`](crate::REASON_ABANDONED)), and never after an answer.
+///
+/// A call the server answers with an MCP task is followed to its end as one call: polled
+/// with `tasks/get`, cancelled with `tasks/cancel`; see `docs/mcp.md`.
 #[derive(Clone)]
 pub struct McpClientService {
     peer: Peer<RoleClient>,
@@ -82,15 +92,31 @@ impl McpClientService {
         }
     }
 
-    /// Connects a default `rmcp` client over `transport` (a `tokio::io::duplex` half, a
-    /// child process, a stream) and takes it over. A failed handshake is
-    /// `CONNECTION_FAILED`.
+    /// The client configuration [`connect`](Self::connect) uses: rmcp's default, with the
+    /// tasks extension (`io.modelcontextprotocol/tasks`) declared, so a server may answer
+    /// a long `tools/call` with a task that the service then follows to its end. Use it
+    /// (or declare the extension yourself) for a client given to [`new`](Self::new).
+    #[must_use]
+    pub fn client_config() -> ClientConfig {
+        let mut config = ClientConfig::default();
+        // Set by hand: rmcp's capability builder is only built with its `server` feature.
+        config
+            .capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), Default::default());
+        config
+    }
+
+    /// Connects an `rmcp` client configured by [`client_config`](Self::client_config)
+    /// over `transport` (a `tokio::io::duplex` half, a child process, a stream) and takes
+    /// it over. A failed handshake is `CONNECTION_FAILED`.
     pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
     where
         T: IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let client = ()
+        let client = Self::client_config()
             .serve(transport)
             .await
             .map_err(|e| ToolError::from_source(ErrorKind::ConnectionFailed, e))?;
@@ -157,27 +183,65 @@ impl McpClientService {
                     format!("mcp transport closed before calling `{name}`"),
                 ));
             }
+            let token = req.attempt_token();
+            // Cancelled before sending: nothing to tell the server.
+            if token.is_cancelled() {
+                return Err(ToolError::cancelled(format!(
+                    "mcp call of `{name}` cancelled"
+                )));
+            }
             let mut params = CallToolRequestParams::new(name.clone());
             params.arguments = arguments;
-            let call = peer.call_tool_once(params);
-            let token = req.attempt_token();
-            let response = tokio::select! {
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let kind = req.call_kind();
+            let handle = peer
+                .send_cancellable_request(request, PeerRequestOptions::no_options())
+                .await
+                .map_err(|e| map_call_error(&name, e, kind))?;
+            // From here the server may be working on it: until the answer arrives, a fired
+            // token or a dropped future sends `notifications/cancelled` (once).
+            let mut notice = CancelNotice::new(peer.clone(), handle.id.clone());
+            // PROGRESS HOOK: `handle.progress_token` is the token the server's
+            // `notifications/progress` reports carry for this call. Forwarding them to the
+            // call's progress handle (for the progress-aware idle timeout) belongs here,
+            // alongside the wait below; see docs/mcp.md, "Progress notifications".
+            let answer = tokio::select! {
                 biased;
                 () = token.cancelled() => {
+                    notice.cancel();
                     return Err(ToolError::cancelled(format!(
                         "mcp call of `{name}` cancelled"
                     )))
                 }
-                r = call => r,
+                r = handle.await_response() => r,
+            };
+            notice.disarm();
+            let response = match answer {
+                Ok(ServerResult::CallToolResult(result)) => map_result(&name, result, policy),
+                Ok(ServerResult::CreateTaskResult(created)) => {
+                    TaskCall {
+                        peer: &peer,
+                        name: &name,
+                        token,
+                        deadline: req.deadline_at(),
+                        kind,
+                        policy,
+                    }
+                    .follow(created)
+                    .await
+                }
+                Ok(ServerResult::InputRequiredResult(_)) => {
+                    Err(ToolError::execution_failed(format!(
+                    "mcp tool `{name}` asked for client input, which this client does not support"
+                )))
+                }
+                Ok(_) => Err(ToolError::execution_failed(format!(
+                    "mcp tool `{name}` answered with something other than a tool result"
+                ))),
+                Err(e) => Err(map_call_error(&name, e, kind)),
             };
             drop(keep_alive);
-            match response {
-                Ok(CallToolResponse::Complete(result)) => map_result(&name, result, policy),
-                Ok(_) => Err(ToolError::execution_failed(format!(
-                    "mcp tool `{name}` asked for client input or a task, which this client does not support"
-                ))),
-                Err(e) => Err(map_call_error(&name, e, req.call_kind())),
-            }
+            response
         })
     }
 }

@@ -1,0 +1,199 @@
+//! Following an MCP task (the `io.modelcontextprotocol/tasks` extension) to its end, as
+//! one logical call: poll `tasks/get` with backoff within the call's deadline, cancel with
+//! `tasks/cancel` when the call is cancelled, times out or is dropped.
+
+use std::time::Duration;
+
+use rmcp::model::{CallToolResult, CreateTaskResult, GetTaskParams, TaskPayload};
+use rmcp::service::RoleClient;
+use rmcp::{ErrorData, Peer};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolResponse};
+
+use crate::cancel::TaskCancel;
+use crate::map::{capped, map_call_error, map_protocol_error, map_result, IsErrorPolicy};
+
+/// The `_meta` key under which a response that came from a task records it:
+/// `output._meta["io.modelcontextprotocol/related-task"].taskId`.
+pub const RELATED_TASK_META: &str = "io.modelcontextprotocol/related-task";
+
+/// First wait before polling a task (unless the server suggests a longer one).
+pub const TASK_POLL_FIRST: Duration = Duration::from_millis(50);
+
+/// Longest wait between two polls that toolshield's own backoff reaches.
+pub const TASK_POLL_MAX: Duration = Duration::from_secs(2);
+
+/// Longest poll interval accepted from a server (`pollIntervalMs`): a larger hint is cut
+/// to this, so a server cannot park a call.
+pub const TASK_POLL_HINT_MAX: Duration = Duration::from_secs(30);
+
+/// What a task-following call needs from its request.
+pub(crate) struct TaskCall<'a> {
+    pub(crate) peer: &'a Peer<RoleClient>,
+    pub(crate) name: &'a str,
+    pub(crate) token: &'a CancellationToken,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) kind: CallKind,
+    pub(crate) policy: IsErrorPolicy,
+}
+
+/// The wait before the next poll: toolshield's backoff, or the server's hint when longer
+/// (capped at [`TASK_POLL_HINT_MAX`]).
+fn next_wait(backoff: Duration, hint_ms: Option<u64>) -> Duration {
+    let hint = hint_ms.map_or(Duration::ZERO, Duration::from_millis);
+    backoff.max(hint.min(TASK_POLL_HINT_MAX))
+}
+
+/// Records the task id in the response's output `_meta`.
+fn stamp_task(mut response: ToolResponse, task_id: &str) -> ToolResponse {
+    if let Value::Object(output) = &mut response.output {
+        let meta = output
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.insert(
+                RELATED_TASK_META.to_owned(),
+                serde_json::json!({ "taskId": task_id }),
+            );
+        }
+    }
+    response
+}
+
+impl TaskCall<'_> {
+    fn cancelled(&self, task_id: &str) -> ToolError {
+        ToolError::cancelled(format!(
+            "mcp call of `{}` cancelled (task `{}` cancelled)",
+            self.name,
+            capped(task_id)
+        ))
+    }
+
+    /// Polls the task until it ends, the token fires or the deadline passes.
+    pub(crate) async fn follow(self, created: CreateTaskResult) -> Result<ToolResponse, ToolError> {
+        let task_id = created.task.task_id.clone();
+        // Armed until the task reaches a terminal status: every other way out (cancel,
+        // deadline, a poll that failed, the future dropped) asks the server to stop it.
+        let mut guard = TaskCancel::new(self.peer.clone(), task_id.clone());
+        let mut backoff = TASK_POLL_FIRST;
+        let mut hint = created.task.poll_interval_ms;
+        loop {
+            let wait = next_wait(backoff, hint);
+            backoff = (backoff * 2).min(TASK_POLL_MAX);
+            let mut wake = Instant::now() + wait;
+            if let Some(deadline) = self.deadline {
+                if Instant::now() >= deadline {
+                    guard.cancel();
+                    return Err(ToolError::timeout(format!(
+                        "mcp task `{}` for `{}` did not finish before the deadline",
+                        capped(&task_id),
+                        self.name
+                    )));
+                }
+                wake = wake.min(deadline);
+            }
+            tokio::select! {
+                biased;
+                () = self.token.cancelled() => {
+                    guard.cancel();
+                    return Err(self.cancelled(&task_id));
+                }
+                () = tokio::time::sleep_until(wake) => {}
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                // Checked at the top of the loop.
+                continue;
+            }
+            let polled = tokio::select! {
+                biased;
+                () = self.token.cancelled() => {
+                    guard.cancel();
+                    return Err(self.cancelled(&task_id));
+                }
+                r = self.peer.get_task(GetTaskParams::new(task_id.clone())) => r,
+            };
+            let detailed = match polled {
+                Ok(got) => got.task,
+                // The guard cancels the task: nobody will poll it again.
+                Err(e) => return Err(map_call_error(self.name, e, self.kind)),
+            };
+            hint = detailed.task.poll_interval_ms;
+            match detailed.payload {
+                TaskPayload::Working => {}
+                TaskPayload::Completed { result } => {
+                    guard.disarm();
+                    let result: CallToolResult = serde_json::from_value(Value::Object(result))
+                        .map_err(|_| {
+                            ToolError::execution_failed(format!(
+                                "mcp task `{}` for `{}` completed with a malformed result",
+                                capped(&task_id),
+                                self.name
+                            ))
+                        })?;
+                    return map_result(self.name, result, self.policy)
+                        .map(|res| stamp_task(res, &task_id));
+                }
+                TaskPayload::Failed { error } => {
+                    guard.disarm();
+                    return Err(
+                        match serde_json::from_value::<ErrorData>(Value::Object(error)) {
+                            Ok(data) => map_protocol_error(self.name, &data),
+                            Err(_) => ToolError::execution_failed(format!(
+                                "mcp task `{}` for `{}` failed",
+                                capped(&task_id),
+                                self.name
+                            )),
+                        },
+                    );
+                }
+                TaskPayload::Cancelled => {
+                    guard.disarm();
+                    return Err(ToolError::new(
+                        ErrorKind::ExecutionFailed,
+                        format!(
+                            "mcp task `{}` for `{}` was cancelled by the server",
+                            capped(&task_id),
+                            self.name
+                        ),
+                    ));
+                }
+                // Input requests (and statuses added later) need a client that can answer
+                // them; this one cannot, so the task is cancelled (by the guard).
+                _ => {
+                    return Err(ToolError::execution_failed(format!(
+                        "mcp task `{}` for `{}` asked for client input, which this client does not support",
+                        capped(&task_id),
+                        self.name
+                    )));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_takes_the_longer_of_backoff_and_hint_with_the_hint_capped() {
+        assert_eq!(
+            next_wait(Duration::from_millis(50), None),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            next_wait(Duration::from_millis(50), Some(400)),
+            Duration::from_millis(400)
+        );
+        assert_eq!(
+            next_wait(Duration::from_secs(2), Some(10)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            next_wait(Duration::from_millis(50), Some(u64::MAX)),
+            TASK_POLL_HINT_MAX
+        );
+    }
+}
