@@ -21,7 +21,7 @@ pub use error::{ErrorKind, ToolError};
 pub use kind::CallKind;
 pub use state::CallState;
 pub use tokens::{AttemptGuard, CallTokens};
-pub use traits::{CallMeta, InBandFailure, ShieldRequest, ShieldResponse, SlowCall};
+pub use traits::{CallMeta, Hedged, InBandFailure, ShieldRequest, ShieldResponse, SlowCall};
 
 /// tower's boxed error, which the generic layers accept from inner services and convert
 /// with [`ToolError::from_boxed`].
