@@ -152,6 +152,13 @@ impl Service<ToolRequest> for Tool {
     }
 }
 
+/// Lets spawned tasks run up to their next wait.
+async fn settle() {
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+}
+
 fn read(tool: &str) -> ToolRequest {
     ToolRequest::new(tool.to_owned(), json!({"q": 1})).kind(CallKind::ReadOnly)
 }
@@ -276,9 +283,10 @@ async fn hedges_are_spaced_by_the_delay() {
     let tool = Tool::new(vec![ok(10_000, "x")]);
     let svc = fixed(100, 3).layer(tool.clone());
     let call = tokio::spawn(svc.oneshot(read("search")));
+    settle().await;
     for (at, expected) in [(50, 1), (60, 2), (100, 3), (100, 4), (1_000, 4)] {
         advance(Duration::from_millis(at)).await;
-        tokio::task::yield_now().await;
+        settle().await;
         assert_eq!(tool.calls(), expected, "after another {at} ms");
     }
     call.abort();
@@ -305,8 +313,9 @@ async fn each_hedge_spends_a_budget_token() {
     let svc = layer.layer(tool.clone());
     let a = tokio::spawn(svc.clone().oneshot(read("search")));
     let b = tokio::spawn(svc.oneshot(read("search")));
+    settle().await;
     advance(Duration::from_millis(150)).await;
-    tokio::task::yield_now().await;
+    settle().await;
     assert_eq!(tool.calls(), 3, "two calls and one hedge");
     assert_eq!(layer.stats().hedges_sent(), 1);
     assert!(layer.stats().budget_denied() >= 1);
@@ -321,8 +330,9 @@ async fn cancelling_the_call_cancels_every_attempt_and_sends_no_more() {
     let req = read("search").cancel_token(call_token.clone());
     let svc = fixed(100, 3).layer(tool.clone());
     let call = tokio::spawn(svc.oneshot(req));
+    settle().await;
     advance(Duration::from_millis(150)).await;
-    tokio::task::yield_now().await;
+    settle().await;
     assert_eq!(tool.calls(), 2);
     call_token.cancel();
     let err = call.await.unwrap().unwrap_err();
@@ -338,8 +348,9 @@ async fn dropping_the_call_drops_and_cancels_every_attempt() {
     let mut svc = fixed(100, 1).layer(tool.clone());
     let fut = svc.ready().await.unwrap().call(read("search"));
     let call = tokio::spawn(fut);
+    settle().await;
     advance(Duration::from_millis(150)).await;
-    tokio::task::yield_now().await;
+    settle().await;
     assert_eq!(tool.calls(), 2);
     call.abort();
     let _ = call.await;
@@ -438,7 +449,12 @@ async fn the_percentile_delay_follows_recent_latencies() {
     let start = Instant::now();
     let res = layer.layer(tool).oneshot(read("search")).await.unwrap();
     assert_eq!(res.body, "hedge");
-    assert_eq!(start.elapsed(), delay + Duration::from_millis(20));
+    // The paused clock's timer fires on the next whole millisecond.
+    let took = start.elapsed();
+    assert!(
+        took >= delay + Duration::from_millis(20) && took <= delay + Duration::from_millis(21),
+        "hedged after {took:?} with a delay of {delay:?}"
+    );
 
     // Slower calls move it up.
     let tool = Tool::new(vec![ok(200, "slower")]);
@@ -477,7 +493,8 @@ fn config_lists_every_problem() {
     assert_eq!(fields, ["max_hedges", "delay.percentile", "delay.min"]);
 
     let zero: HedgeConfig = serde_json::from_str(r#"{"delay": "0s", "max_hedges": 9}"#).unwrap();
-    let fields = toolshield_test::problem_fields(&zero.validate().unwrap_err());
+    let err = zero.validate().unwrap_err();
+    let fields = toolshield_test::problem_fields(&err);
     assert_eq!(fields, ["max_hedges", "delay"]);
 
     assert!(serde_json::from_str::<HedgeConfig>(r#"{"delays": "1s"}"#).is_err());
