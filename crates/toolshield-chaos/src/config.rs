@@ -114,10 +114,12 @@ where
         One(ErrorFault),
         Many(Vec<ErrorFault>),
     }
-    Ok(match <OneOrMany as serde::Deserialize>::deserialize(deserializer)? {
-        OneOrMany::One(one) => vec![one],
-        OneOrMany::Many(many) => many,
-    })
+    Ok(
+        match <OneOrMany as serde::Deserialize>::deserialize(deserializer)? {
+            OneOrMany::One(one) => vec![one],
+            OneOrMany::Many(many) => many,
+        },
+    )
 }
 
 fn check_rate(p: &mut Problems, rate: f64, field: String) {
@@ -135,7 +137,11 @@ impl ChaosConfig {
         let mut p = Problems::new();
         if let Some(l) = &self.latency {
             check_rate(&mut p, l.rate, "latency.rate".to_owned());
-            p.check(!l.delay.is_zero(), "latency.delay", "must be greater than 0");
+            p.check(
+                !l.delay.is_zero(),
+                "latency.delay",
+                "must be greater than 0",
+            );
             p.check_duration(l.delay, "latency.delay");
         }
         for (i, e) in self.error.iter().enumerate() {

@@ -38,7 +38,11 @@ impl Plan {
         let mut cumulative = 0.0f64;
         let mut push = |rate: f64, fault: Fault| {
             // Rates were validated; clamp anyway so a builder cannot make the draw wrap.
-            let rate = if rate.is_finite() { rate.clamp(0.0, 1.0) } else { 0.0 };
+            let rate = if rate.is_finite() {
+                rate.clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
             if rate > 0.0 {
                 cumulative = (cumulative + rate).min(1.0);
                 slices.push(((cumulative * SCALE) as u64, fault));

@@ -18,8 +18,7 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 /// A tool that counts its calls and answers at once.
 fn counting() -> (
     Arc<AtomicUsize>,
-    impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future = impl Send>
-        + Clone,
+    impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future = impl Send> + Clone,
 ) {
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
@@ -63,7 +62,10 @@ fn nothing_is_injected_unless_enabled_with_a_rate() {
     assert!(ChaosLayer::from_config("t", &ChaosConfig::default())
         .unwrap()
         .is_none());
-    assert!(ChaosLayer::from_config("t", &on(1)).unwrap().is_none(), "no rate");
+    assert!(
+        ChaosLayer::from_config("t", &on(1)).unwrap().is_none(),
+        "no rate"
+    );
     let mut off = on(1);
     off.enabled = false;
     off.error = vec![error(0.5, ErrorKind::Timeout)];
@@ -119,10 +121,17 @@ async fn rates_are_kept_and_faults_counted() {
             failed += 1;
         }
     }
-    assert!((2_800..=3_200).contains(&failed), "{failed} of 10000 failed at rate 0.3");
+    assert!(
+        (2_800..=3_200).contains(&failed),
+        "{failed} of 10000 failed at rate 0.3"
+    );
     assert_eq!(layer.stats().injected(FaultKind::Error), failed as u64);
     assert_eq!(layer.stats().total(), failed as u64);
-    assert_eq!(calls.load(Ordering::SeqCst), 10_000 - failed, "errors skip the tool");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        10_000 - failed,
+        "errors skip the tool"
+    );
     assert!(layer.stats().enabled());
 }
 
@@ -141,7 +150,11 @@ async fn latency_delays_the_call_then_calls_the_tool() {
     tokio::task::yield_now().await;
     tokio::time::advance(Duration::from_millis(1_999)).await;
     tokio::task::yield_now().await;
-    assert_eq!(calls.load(Ordering::SeqCst), 0, "the tool is called after the delay");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "the tool is called after the delay"
+    );
     let res = call.await.unwrap().unwrap();
     assert_eq!(res.output, json!("real"));
     assert_eq!(start.elapsed(), Duration::from_secs(2));
@@ -246,7 +259,10 @@ fn building_an_active_layer_logs_a_warning() {
     let text = logs.text();
     assert!(text.contains("WARN"), "{text}");
     assert!(text.contains("fault injection is ON"), "{text}");
-    assert!(text.contains("tool=\"weather\"") || text.contains("tool=weather"), "{text}");
+    assert!(
+        text.contains("tool=\"weather\"") || text.contains("tool=weather"),
+        "{text}"
+    );
     assert!(text.contains("seed=77"), "{text}");
 }
 
@@ -279,7 +295,9 @@ fn every_problem_is_listed() {
     .unwrap();
     assert!(ok.validate().is_ok(), "0.7 + 0.3 adds up to 1");
     assert_eq!(ok.in_band.unwrap().kind, ErrorKind::ExecutionFailed);
-    assert!(serde_json::from_str::<ChaosConfig>(r#"{"error": {"rate": 0.1, "kind": "NOPE"}}"#).is_err());
+    assert!(
+        serde_json::from_str::<ChaosConfig>(r#"{"error": {"rate": 0.1, "kind": "NOPE"}}"#).is_err()
+    );
     assert!(serde_json::from_str::<ChaosConfig>(r#"{"latncy": {}}"#).is_err());
 }
 

@@ -50,7 +50,13 @@ impl Default for HedgeConfig {
 #[cfg_attr(feature = "serde", serde(untagged))]
 pub enum DelayConfig {
     /// A fixed delay (`delay = "200ms"`).
-    Fixed(#[cfg_attr(feature = "serde", serde(with = "toolshield_contract::config::duration"))] Duration),
+    Fixed(
+        #[cfg_attr(
+            feature = "serde",
+            serde(with = "toolshield_contract::config::duration")
+        )]
+        Duration,
+    ),
     /// A percentile of the latencies of recent successful calls
     /// (`delay = { percentile = 95, min = "50ms" }`).
     Percentile(PercentileDelay),
@@ -66,14 +72,20 @@ pub struct PercentileDelay {
     /// The shortest delay used, however fast recent calls were. Default 10 ms.
     #[cfg_attr(
         feature = "serde",
-        serde(default = "default_min", with = "toolshield_contract::config::duration")
+        serde(
+            default = "default_min",
+            with = "toolshield_contract::config::duration"
+        )
     )]
     pub min: Duration,
     /// The longest delay used; also the delay until enough latencies are known
     /// ([`MIN_SAMPLES`](crate::MIN_SAMPLES)). Default 5 s.
     #[cfg_attr(
         feature = "serde",
-        serde(default = "default_max", with = "toolshield_contract::config::duration")
+        serde(
+            default = "default_max",
+            with = "toolshield_contract::config::duration"
+        )
     )]
     pub max: Duration,
 }
@@ -103,7 +115,10 @@ impl HedgeConfig {
         p.check(
             (1..=MAX_HEDGES).contains(&self.max_hedges),
             "max_hedges",
-            format_args!("must be between 1 and {MAX_HEDGES}, got {}", self.max_hedges),
+            format_args!(
+                "must be between 1 and {MAX_HEDGES}, got {}",
+                self.max_hedges
+            ),
         );
         match &self.delay {
             DelayConfig::Fixed(d) => {

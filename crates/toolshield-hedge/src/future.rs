@@ -303,7 +303,10 @@ where
 
             if !self.due && !self.closed {
                 if timer.is_none() {
-                    timer.set(Some(sleep_until(deadline_after(self.last_sent, self.delay))));
+                    timer.set(Some(sleep_until(deadline_after(
+                        self.last_sent,
+                        self.delay,
+                    ))));
                 }
                 if let Some(sleep) = timer.as_mut().as_pin_mut() {
                     if sleep.poll(cx).is_ready() {

@@ -82,7 +82,7 @@ impl LatencyHistogram {
         self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
         self.held.fetch_add(1, Ordering::Relaxed);
         let n = self.records.fetch_add(1, Ordering::Relaxed) + 1;
-        if n >= MIN_SAMPLES && (n % RECOMPUTE_EVERY == 0 || n == MIN_SAMPLES) {
+        if n >= MIN_SAMPLES && (n.is_multiple_of(RECOMPUTE_EVERY) || n == MIN_SAMPLES) {
             self.recompute();
         }
     }
@@ -189,11 +189,28 @@ mod tests {
     #[test]
     fn buckets_are_monotonic_and_bound_their_values() {
         let mut last = 0;
-        for us in [0u64, 1, 15, 16, 17, 31, 32, 100, 1_000, 65_535, 1 << 30, (1 << 41) - 1] {
+        for us in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            31,
+            32,
+            100,
+            1_000,
+            65_535,
+            1 << 30,
+            (1 << 41) - 1,
+        ] {
             let b = bucket_of(us);
             assert!(b >= last, "bucket of {us} went backwards");
             last = b;
-            assert!(upper_bound(b) >= us, "{us} above its bucket's bound {}", upper_bound(b));
+            assert!(
+                upper_bound(b) >= us,
+                "{us} above its bucket's bound {}",
+                upper_bound(b)
+            );
             if b > 0 {
                 assert!(upper_bound(b - 1) < us, "{us} belongs in an earlier bucket");
             }

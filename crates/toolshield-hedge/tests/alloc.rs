@@ -74,7 +74,10 @@ fn a_call_answered_before_the_delay_allocates_nothing() {
     );
     let mut svc = pct.layer(Instant);
     assert_eq!(allocations(&mut svc, &read), 0, "percentile delay");
-    assert!(pct.delay().histogram().unwrap().len() > 0, "latencies were recorded");
+    assert!(
+        !pct.delay().histogram().unwrap().is_empty(),
+        "latencies were recorded"
+    );
 
     let pay = ToolRequest::new("pay", json!({"amount": 1})).kind(CallKind::Mutating);
     assert_eq!(allocations(&mut fixed, &pay), 0, "never hedged");

@@ -172,7 +172,11 @@ async fn slow_first_attempt_loses_to_a_fast_hedge_and_is_cancelled() {
     let tool = Tool::new(vec![ok(10_000, "first"), ok(10, "hedge")]);
     let layer = fixed(100, 1);
     let start = Instant::now();
-    let res = layer.layer(tool.clone()).oneshot(read("search")).await.unwrap();
+    let res = layer
+        .layer(tool.clone())
+        .oneshot(read("search"))
+        .await
+        .unwrap();
     assert_eq!(res.body, "hedge");
     assert_eq!(start.elapsed(), Duration::from_millis(110));
     assert_eq!(
@@ -183,15 +187,27 @@ async fn slow_first_attempt_loses_to_a_fast_hedge_and_is_cancelled() {
         })
     );
     assert_eq!(tool.calls(), 2);
-    assert!(tool.attempt_cancelled(0), "the loser's attempt token is cancelled");
-    assert!(tool.abandoned(0), "the loser's future is dropped unfinished");
-    assert!(!tool.attempt_cancelled(1), "the winner's token is left alone");
+    assert!(
+        tool.attempt_cancelled(0),
+        "the loser's attempt token is cancelled"
+    );
+    assert!(
+        tool.abandoned(0),
+        "the loser's future is dropped unfinished"
+    );
+    assert!(
+        !tool.attempt_cancelled(1),
+        "the winner's token is left alone"
+    );
     let seen = tool.seen.lock().unwrap();
     assert!(
         !seen[0].attempt.is_cancelled() || !seen[1].attempt.is_cancelled(),
         "each attempt has its own token"
     );
-    assert!(!seen[1].call.is_cancelled(), "the call itself is not cancelled");
+    assert!(
+        !seen[1].call.is_cancelled(),
+        "the call itself is not cancelled"
+    );
     drop(seen);
     assert_eq!(layer.stats().hedges_sent(), 1);
     assert_eq!(layer.stats().hedge_wins(), 1);
@@ -201,7 +217,11 @@ async fn slow_first_attempt_loses_to_a_fast_hedge_and_is_cancelled() {
 async fn a_first_attempt_faster_than_the_delay_sends_no_hedge() {
     let tool = Tool::new(vec![ok(50, "first"), ok(1, "hedge")]);
     let layer = fixed(100, 3);
-    let res = layer.layer(tool.clone()).oneshot(read("search")).await.unwrap();
+    let res = layer
+        .layer(tool.clone())
+        .oneshot(read("search"))
+        .await
+        .unwrap();
     assert_eq!(res.body, "first");
     assert_eq!(res.hedged, None, "one attempt: no mark");
     advance(Duration::from_secs(5)).await;
@@ -214,7 +234,9 @@ async fn a_first_attempt_faster_than_the_delay_sends_no_hedge() {
 async fn mutating_and_unkeyed_idempotent_calls_are_never_hedged() {
     let cases = [
         ToolRequest::new("pay", json!({})).kind(CallKind::Mutating),
-        ToolRequest::new("pay", json!({})).kind(CallKind::Mutating).idempotency_key("k1"),
+        ToolRequest::new("pay", json!({}))
+            .kind(CallKind::Mutating)
+            .idempotency_key("k1"),
         ToolRequest::new("put", json!({})).kind(CallKind::Idempotent),
     ];
     for req in cases {
@@ -233,7 +255,11 @@ async fn keyed_idempotent_calls_are_hedged() {
     let req = ToolRequest::new("put", json!({}))
         .kind(CallKind::Idempotent)
         .idempotency_key("k1");
-    let res = fixed(100, 1).layer(tool.clone()).oneshot(req).await.unwrap();
+    let res = fixed(100, 1)
+        .layer(tool.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
     assert_eq!(res.body, "hedge");
     assert_eq!(tool.calls(), 2);
 }
@@ -263,7 +289,11 @@ async fn no_more_than_max_hedges_are_sent() {
     let tool = Tool::new(vec![ok(1_000, "first"), ok(1_000, "h1"), ok(1_000, "h2")]);
     let layer = fixed(100, 2);
     let start = Instant::now();
-    let res = layer.layer(tool.clone()).oneshot(read("search")).await.unwrap();
+    let res = layer
+        .layer(tool.clone())
+        .oneshot(read("search"))
+        .await
+        .unwrap();
     assert_eq!(res.body, "first");
     assert_eq!(start.elapsed(), Duration::from_millis(1_000));
     assert_eq!(tool.calls(), 3, "first + 2 hedges, at 0, 100 and 200 ms");
@@ -298,7 +328,11 @@ async fn an_exhausted_budget_sends_no_hedge() {
     let budget = Arc::new(RetryBudget::new(0.0, 0, 1));
     let tool = Tool::new(vec![ok(1_000, "first"), ok(1, "hedge")]);
     let layer = fixed(100, 2).with_budget(budget);
-    let res = layer.layer(tool.clone()).oneshot(read("search")).await.unwrap();
+    let res = layer
+        .layer(tool.clone())
+        .oneshot(read("search"))
+        .await
+        .unwrap();
     assert_eq!(res.body, "first");
     assert_eq!(tool.calls(), 1);
     assert_eq!(layer.stats().budget_denied(), 1);
@@ -362,7 +396,10 @@ async fn dropping_the_call_drops_and_cancels_every_attempt() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retriable_failure_sends_the_next_hedge_at_once() {
-    let tool = Tool::new(vec![err(10, ErrorKind::UpstreamUnavailable), ok(10, "hedge")]);
+    let tool = Tool::new(vec![
+        err(10, ErrorKind::UpstreamUnavailable),
+        ok(10, "hedge"),
+    ]);
     let start = Instant::now();
     let res = fixed(1_000, 1)
         .layer(tool.clone())
@@ -378,7 +415,11 @@ async fn a_failure_does_not_end_the_call_while_another_attempt_runs() {
     // First sent at 0 fails at 150; the hedge sent at 100 answers at 300.
     let tool = Tool::new(vec![err(150, ErrorKind::Timeout), ok(200, "hedge")]);
     let layer = fixed(100, 1);
-    let res = layer.layer(tool.clone()).oneshot(read("search")).await.unwrap();
+    let res = layer
+        .layer(tool.clone())
+        .oneshot(read("search"))
+        .await
+        .unwrap();
     assert_eq!(res.body, "hedge");
     assert_eq!(tool.calls(), 2);
 }
@@ -431,7 +472,11 @@ async fn the_percentile_delay_follows_recent_latencies() {
         HedgeDelay::percentile(90.0, Duration::from_millis(1), Duration::from_secs(5)),
         1,
     );
-    assert_eq!(layer.delay().current(), Duration::from_secs(5), "max until known");
+    assert_eq!(
+        layer.delay().current(),
+        Duration::from_secs(5),
+        "max until known"
+    );
     let tool = Tool::new(vec![ok(20, "warm")]);
     let svc = layer.layer(tool.clone());
     for _ in 0..40 {

@@ -52,9 +52,7 @@ impl Collect for ChaosMetrics {
                     Label::new("fault", fault.as_str()),
                 ],
             );
-            self.target
-                .counter(&k)
-                .absolute(self.stats.injected(fault));
+            self.target.counter(&k).absolute(self.stats.injected(fault));
         }
         let k = Key::from_parts(
             TOOLSHIELD_FAULT_INJECTION_ENABLED,

@@ -30,7 +30,10 @@ impl HedgeMetrics {
     /// Metrics of `tool`'s hedging layer, registered with `target`.
     pub fn new(tool: impl Into<Arc<str>>, stats: Arc<HedgeStats>, target: MetricsTarget) -> Self {
         for (name, help) in [
-            (TOOL_HEDGES_TOTAL, "Extra attempts sent by hedging, by tool."),
+            (
+                TOOL_HEDGES_TOTAL,
+                "Extra attempts sent by hedging, by tool.",
+            ),
             (
                 TOOL_HEDGE_WINS_TOTAL,
                 "Calls answered by a hedge rather than the first attempt, by tool.",
