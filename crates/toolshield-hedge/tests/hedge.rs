@@ -571,3 +571,81 @@ fn from_config_is_off_unless_enabled() {
     };
     assert!(HedgeLayer::from_config(&on).unwrap().is_some());
 }
+
+/// Random plans (latencies, retriable and fatal failures, delays, limits) checked against
+/// the invariants: no more attempts than allowed, every attempt finished or dropped with
+/// its token cancelled when the call ends, a success comes from an attempt that succeeded,
+/// a fatal error from an attempt that failed so, and a call whose attempts all succeed
+/// succeeds.
+#[tokio::test(start_paused = true)]
+async fn random_plans_keep_the_invariants() {
+    for seed in 0..300u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let max_hedges = rng.u32(1..=3);
+        let delay = rng.u64(5..=200);
+        let plan: Vec<Step> = (0..4)
+            .map(|_| {
+                let ms = rng.u64(1..=400);
+                match rng.u8(0..10) {
+                    0..=6 => ok(ms, "ok"),
+                    7 | 8 => err(ms, ErrorKind::UpstreamUnavailable),
+                    _ => err(ms, ErrorKind::InvalidInput),
+                }
+            })
+            .collect();
+        let tool = Tool::new(plan.clone());
+        let layer = fixed(delay, max_hedges);
+        let out = layer.layer(tool.clone()).oneshot(read("search")).await;
+
+        let calls = tool.calls();
+        assert!(
+            calls >= 1 && calls <= 1 + max_hedges as usize,
+            "seed {seed}: {calls} calls"
+        );
+        let used = &plan[..calls];
+        for (i, seen) in tool.seen.lock().unwrap().iter().enumerate() {
+            let completed = seen.completed.load(Ordering::SeqCst);
+            assert!(
+                seen.dropped.load(Ordering::SeqCst),
+                "seed {seed}: attempt {i} still running after the call ended"
+            );
+            if !completed {
+                assert!(
+                    seen.attempt.is_cancelled(),
+                    "seed {seed}: loser {i} not cancelled"
+                );
+            }
+            assert!(
+                !seen.call.is_cancelled(),
+                "seed {seed}: the call token was cancelled"
+            );
+        }
+        match &out {
+            Ok(res) => {
+                assert!(used.iter().any(|s| s.out.is_ok()), "seed {seed}");
+                let n = res.hedged.map_or(1, |h| h.answered_by) as usize;
+                assert!(
+                    plan[n - 1].out.is_ok(),
+                    "seed {seed}: answered by failing attempt {n}"
+                );
+                if let Some(h) = res.hedged {
+                    assert_eq!(h.sent as usize, calls, "seed {seed}");
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::InvalidInput => {
+                assert!(
+                    used.iter().any(|s| s.out == Err(ErrorKind::InvalidInput)),
+                    "seed {seed}"
+                );
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::UpstreamUnavailable, "seed {seed}");
+                assert_eq!(calls, 1 + max_hedges as usize, "seed {seed}: gave up early");
+                assert!(used.iter().all(|s| s.out.is_err()), "seed {seed}");
+            }
+        }
+        if plan.iter().all(|s| s.out.is_ok()) {
+            assert!(out.is_ok(), "seed {seed}");
+        }
+    }
+}
