@@ -137,6 +137,15 @@ pub struct SlowCall {
     pub threshold: Duration,
 }
 
+/// The mark a hedging layer leaves on a response when it sent more than one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hedged {
+    /// Which attempt answered: 1 for the first, 2 for the first hedge, and so on.
+    pub answered_by: u32,
+    /// How many attempts were sent in all (the first one included).
+    pub sent: u32,
+}
+
 /// What a generic layer asks of a response; every method has a default.
 ///
 /// Implemented for `ToolResponse`, `http::Response<B>` (feature `http`: the status is
@@ -201,6 +210,23 @@ pub trait ShieldResponse {
     /// that failed after the tool ran).
     fn unrecorded(&self) -> bool {
         false
+    }
+
+    /// Records that a hedging layer sent several attempts and which one answered. The
+    /// default keeps no mark (the hedging layer still counts hedges in its stats).
+    fn mark_hedged(&mut self, hedged: Hedged) {
+        let _ = hedged;
+    }
+
+    /// A response that carries an in-band failure of `kind` (what
+    /// [`in_band_failure`](Self::in_band_failure) then reports), built by a
+    /// fault-injection layer; `None`, the default, where the type cannot carry one.
+    fn in_band_failure_response(kind: ErrorKind, message: &str) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        let _ = (kind, message);
+        None
     }
 }
 

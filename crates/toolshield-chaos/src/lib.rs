@@ -1,0 +1,15 @@
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod future;
+mod layer;
+mod plan;
+mod service;
+mod stats;
+
+pub use config::{ChaosConfig, ErrorFault, HangFault, InBandFault, LatencyFault};
+pub use future::ResponseFuture;
+pub use layer::ChaosLayer;
+pub use plan::Fault;
+pub use service::Chaos;
+pub use stats::{ChaosStats, FaultKind};

@@ -1,0 +1,360 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use tokio::time::{sleep_until, Instant, Sleep};
+use toolshield_contract::config::deadline_after;
+use toolshield_contract::{AttemptGuard, Hedged, ShieldRequest, ShieldResponse, ToolError};
+use tower_service::Service;
+
+use crate::service::Shared;
+
+pin_project! {
+    /// The future of [`Hedge`](crate::Hedge).
+    ///
+    /// The first attempt and the hedge timer are held inline (a call answered before the
+    /// delay allocates nothing); hedges are boxed, as only a hedged call pays for them.
+    pub struct ResponseFuture<S, Req>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        first: Option<S::Future>,
+        // Created when the first attempt does not answer on its first poll.
+        #[pin]
+        timer: Option<Sleep>,
+        hedging: Option<Hedging<S, Req>>,
+    }
+}
+
+/// The state of a call that may be hedged.
+struct Hedging<S, Req>
+where
+    S: Service<Req>,
+{
+    svc: S,
+    req: Req,
+    shared: Arc<Shared>,
+    start: Instant,
+    delay: Duration,
+    /// When the last attempt was sent: the timer runs from there.
+    last_sent: Instant,
+    /// Cancels the first attempt's token unless it answered.
+    first_guard: Option<AttemptGuard>,
+    hedges: Vec<Attempt<S::Future>>,
+    /// Attempts sent, the first included.
+    sent: u32,
+    /// A budget token is held for a hedge whose service is not ready yet.
+    reserved: bool,
+    /// The next hedge goes as soon as the service is ready (timer fired, or a failure).
+    due: bool,
+    /// No more hedges: the maximum is reached, the budget refused, the call is cancelled
+    /// or past its deadline, or the service failed.
+    closed: bool,
+    last_failure: Option<Result<S::Response, ToolError>>,
+}
+
+struct Attempt<F> {
+    fut: Pin<Box<F>>,
+    guard: Option<AttemptGuard>,
+    number: u32,
+    start: Instant,
+}
+
+enum Verdict<R> {
+    Win(R),
+    /// A failure that another copy would repeat: ends the call.
+    Fatal(Result<R, ToolError>),
+    /// A failure another attempt may not have.
+    Failed(Result<R, ToolError>),
+}
+
+fn judge<R: ShieldResponse, E: Into<ToolError>>(result: Result<R, E>) -> Verdict<R> {
+    match result {
+        Ok(res) => match res.in_band_failure() {
+            None => Verdict::Win(res),
+            Some(f) if f.kind.is_retriable() => Verdict::Failed(Ok(res)),
+            Some(_) => Verdict::Fatal(Ok(res)),
+        },
+        Err(e) => {
+            let e = e.into();
+            if e.is_retriable() {
+                Verdict::Failed(Err(e))
+            } else {
+                Verdict::Fatal(Err(e))
+            }
+        }
+    }
+}
+
+enum Launch {
+    Sent,
+    NotReady,
+    Closed,
+}
+
+impl<S, Req> ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+{
+    pub(crate) fn passthrough(first: S::Future) -> Self {
+        ResponseFuture {
+            first: Some(first),
+            timer: None,
+            hedging: None,
+        }
+    }
+
+    pub(crate) fn hedging(
+        first: S::Future,
+        svc: S,
+        req: Req,
+        shared: Arc<Shared>,
+        start: Instant,
+        delay: Duration,
+        first_guard: Option<AttemptGuard>,
+    ) -> Self {
+        ResponseFuture {
+            first: Some(first),
+            timer: None,
+            hedging: Some(Hedging {
+                svc,
+                req,
+                shared,
+                start,
+                delay,
+                last_sent: start,
+                first_guard,
+                hedges: Vec::new(),
+                sent: 1,
+                reserved: false,
+                due: false,
+                closed: false,
+                last_failure: None,
+            }),
+        }
+    }
+}
+
+impl<S, Req> std::fmt::Debug for ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("ResponseFuture");
+        d.field("first_running", &self.first.is_some());
+        if let Some(h) = &self.hedging {
+            d.field("sent", &h.sent).field("delay", &h.delay);
+        }
+        d.finish_non_exhaustive()
+    }
+}
+
+impl<S, Req> Hedging<S, Req>
+where
+    S: Service<Req>,
+    S::Error: Into<ToolError>,
+    S::Response: ShieldResponse,
+    Req: ShieldRequest + Clone,
+{
+    /// Sends the next hedge if the maximum, the budget, the call and the service allow.
+    fn launch(&mut self, cx: &mut Context<'_>) -> Launch {
+        if !self.reserved {
+            if self.sent > self.shared.max_hedges {
+                self.closed = true;
+                return Launch::Closed;
+            }
+            if let Some(state) = self.req.call_state() {
+                let cancelled = state.tokens().call().is_cancelled();
+                let expired = state.deadline().is_some_and(|d| d <= Instant::now());
+                if cancelled || expired {
+                    self.closed = true;
+                    return Launch::Closed;
+                }
+            }
+            if let Some(budget) = &self.shared.budget {
+                if !budget.try_withdraw() {
+                    self.shared
+                        .stats
+                        .budget_denied
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.closed = true;
+                    return Launch::Closed;
+                }
+            }
+            self.reserved = true;
+        }
+        match self.svc.poll_ready(cx) {
+            Poll::Pending => Launch::NotReady,
+            Poll::Ready(Err(e)) => {
+                self.reserved = false;
+                self.closed = true;
+                if self.last_failure.is_none() {
+                    self.last_failure = Some(Err(e.into()));
+                }
+                Launch::Closed
+            }
+            Poll::Ready(Ok(())) => {
+                self.reserved = false;
+                self.due = false;
+                self.sent += 1;
+                let mut req = self.req.clone();
+                let guard = req.call_state_mut().map(|state| {
+                    // Its own attempt token, a child of the call token.
+                    let tokens = state.tokens().next_attempt();
+                    state.set_tokens(tokens.clone());
+                    tokens.guard_attempt()
+                });
+                let now = Instant::now();
+                self.last_sent = now;
+                self.hedges.push(Attempt {
+                    fut: Box::pin(self.svc.call(req)),
+                    guard,
+                    number: self.sent,
+                    start: now,
+                });
+                self.shared
+                    .stats
+                    .hedges_sent
+                    .fetch_add(1, Ordering::Relaxed);
+                Launch::Sent
+            }
+        }
+    }
+
+    /// The winner's response: its latency recorded, the hedge mark set. The losers are
+    /// dropped (and their tokens cancelled) when the caller drops this state.
+    fn win(&mut self, mut res: S::Response, number: u32, start: Instant) -> S::Response {
+        if let Some(histogram) = self.shared.delay.histogram() {
+            histogram.record(start.elapsed());
+        }
+        if self.sent > 1 {
+            res.mark_hedged(Hedged {
+                answered_by: number,
+                sent: self.sent,
+            });
+            if number > 1 {
+                self.shared.stats.hedge_wins.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        res
+    }
+
+    fn poll_attempts(
+        &mut self,
+        mut first: Pin<&mut Option<S::Future>>,
+        mut timer: Pin<&mut Option<Sleep>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<S::Response, ToolError>> {
+        loop {
+            if let Some(fut) = first.as_mut().as_pin_mut() {
+                if let Poll::Ready(result) = fut.poll(cx) {
+                    first.set(None);
+                    if let Some(guard) = self.first_guard.take() {
+                        guard.disarm();
+                    }
+                    match judge(result) {
+                        Verdict::Win(res) => return Poll::Ready(Ok(self.win(res, 1, self.start))),
+                        Verdict::Fatal(out) => return Poll::Ready(out),
+                        Verdict::Failed(out) => {
+                            self.last_failure = Some(out);
+                            self.due = true;
+                        }
+                    }
+                }
+            }
+
+            let mut i = 0;
+            while i < self.hedges.len() {
+                let Poll::Ready(result) = self.hedges[i].fut.as_mut().poll(cx) else {
+                    i += 1;
+                    continue;
+                };
+                let attempt = self.hedges.swap_remove(i);
+                if let Some(guard) = attempt.guard {
+                    guard.disarm();
+                }
+                match judge(result) {
+                    Verdict::Win(res) => {
+                        return Poll::Ready(Ok(self.win(res, attempt.number, attempt.start)))
+                    }
+                    Verdict::Fatal(out) => return Poll::Ready(out),
+                    Verdict::Failed(out) => {
+                        self.last_failure = Some(out);
+                        self.due = true;
+                    }
+                }
+            }
+
+            if self.due && !self.closed {
+                match self.launch(cx) {
+                    Launch::Sent => {
+                        // The next timer runs from this hedge.
+                        timer.set(None);
+                        continue;
+                    }
+                    Launch::NotReady | Launch::Closed => {}
+                }
+            }
+
+            if !self.due && !self.closed {
+                if timer.is_none() {
+                    timer.set(Some(sleep_until(deadline_after(
+                        self.last_sent,
+                        self.delay,
+                    ))));
+                }
+                if let Some(sleep) = timer.as_mut().as_pin_mut() {
+                    if sleep.poll(cx).is_ready() {
+                        timer.set(None);
+                        self.due = true;
+                        continue;
+                    }
+                }
+            }
+
+            let in_flight = first.is_some() || !self.hedges.is_empty();
+            if !in_flight && (self.closed || !self.due) {
+                return Poll::Ready(self.last_failure.take().unwrap_or_else(|| {
+                    Err(ToolError::internal("hedged call ended without a result"))
+                }));
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+impl<S, Req> Future for ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+    S::Error: Into<ToolError>,
+    S::Response: ShieldResponse,
+    Req: ShieldRequest + Clone,
+{
+    type Output = Result<S::Response, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let Some(hedging) = this.hedging.as_mut() else {
+            let Some(fut) = this.first.as_mut().as_pin_mut() else {
+                return Poll::Ready(Err(ToolError::internal(
+                    "hedge future polled after completion",
+                )));
+            };
+            let result = ready!(fut.poll(cx));
+            this.first.set(None);
+            return Poll::Ready(result.map_err(Into::into));
+        };
+        let out = ready!(hedging.poll_attempts(this.first.as_mut(), this.timer.as_mut(), cx));
+        // Drop every other attempt now (their guards cancel their tokens), not when the
+        // caller drops this future.
+        *this.hedging = None;
+        this.first.set(None);
+        this.timer.set(None);
+        Poll::Ready(out)
+    }
+}
