@@ -7,7 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::canonical::Digest;
-use crate::{ErrorKind, InBandFailure, ShieldResponse, SlowCall};
+use crate::{ErrorKind, Hedged, InBandFailure, ShieldResponse, SlowCall};
 
 /// Where a result came from. Every successful response carries one; the provenance
 /// layer fills in what the tool left blank.
@@ -47,6 +47,13 @@ pub struct Provenance {
     /// answered from the record. Counted as `idempotency_unrecorded_total`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unrecorded: bool,
+    /// With hedging, when more than one attempt was sent: which one answered (1 for the
+    /// first, 2 for the first hedge, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedge_answered_by: Option<u32>,
+    /// With hedging, when more than one attempt was sent: how many were sent in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedges_sent: Option<u32>,
 }
 
 /// What a tool returned, with where it came from.
@@ -93,6 +100,21 @@ impl PartialEq for ToolResponse {
 }
 
 impl ShieldResponse for ToolResponse {
+    fn mark_hedged(&mut self, hedged: Hedged) {
+        self.provenance.hedge_answered_by = Some(hedged.answered_by);
+        self.provenance.hedges_sent = Some(hedged.sent);
+    }
+
+    /// An MCP-style `{"isError": true, "content": [{"type": "text", "text": message}]}`.
+    /// Whatever `kind` asks for, a `ToolResponse` reports an in-band failure as
+    /// `EXECUTION_FAILED` (the only kind its `isError` flag carries).
+    fn in_band_failure_response(_kind: ErrorKind, message: &str) -> Option<Self> {
+        Some(ToolResponse::new(serde_json::json!({
+            "isError": true,
+            "content": [{"type": "text", "text": message}],
+        })))
+    }
+
     fn in_band_failure(&self) -> Option<InBandFailure> {
         self.is_error().then_some(InBandFailure {
             kind: ErrorKind::ExecutionFailed,
