@@ -47,6 +47,18 @@ pub struct Provenance {
     /// answered from the record. Counted as `idempotency_unrecorded_total`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unrecorded: bool,
+    /// Progress reports the tool made during the call, across its attempts
+    /// ([`Progress::report`](crate::Progress::report)); absent from JSON when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub progress_reports: u64,
+    /// The last progress message reported (at most
+    /// [`MAX_PROGRESS_MESSAGE`](crate::MAX_PROGRESS_MESSAGE) bytes); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_message: Option<Arc<str>>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a tool returned, with where it came from.
