@@ -171,7 +171,10 @@ impl Progress {
         let Some(sink) = &self.sink else {
             return;
         };
-        let seq = sink.reports.fetch_add(1, Ordering::AcqRel).saturating_add(1);
+        let seq = sink
+            .reports
+            .fetch_add(1, Ordering::AcqRel)
+            .saturating_add(1);
         if let Some(message) = message {
             let kept: Arc<str> = Arc::from(truncate(message, MAX_PROGRESS_MESSAGE));
             *sink

@@ -80,9 +80,9 @@ fn provenance_weight(p: &Provenance) -> usize {
         &p.tier,
         &p.progress_message,
     ]
-        .into_iter()
-        .map(|s| s.as_ref().map_or(0, |s| s.len()))
-        .sum::<usize>();
+    .into_iter()
+    .map(|s| s.as_ref().map_or(0, |s| s.len()))
+    .sum::<usize>();
     std::mem::size_of::<Provenance>() + strings
 }
 
