@@ -10,6 +10,7 @@ pub mod hash;
 pub mod http_impls;
 mod kind;
 pub mod panic;
+mod progress;
 mod state;
 pub mod time;
 mod tokens;
@@ -19,6 +20,7 @@ pub use classify::{Classify, DefaultClassifier, Failure, Outcome};
 pub use config::{ConfigError, ConfigProblem};
 pub use error::{ErrorKind, ToolError};
 pub use kind::CallKind;
+pub use progress::{IdleClock, Progress, ProgressEvent, MAX_PROGRESS_MESSAGE};
 pub use state::CallState;
 pub use tokens::{AttemptGuard, CallTokens};
 /// The token type of [`CallTokens`] and `ToolRequest::cancel_token`, re-exported so a

@@ -3,12 +3,13 @@
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{CallKind, CallTokens, ErrorKind};
+use crate::{CallKind, CallTokens, ErrorKind, Progress, ProgressEvent};
 
 /// What the generic layers know about one logical call, carried by the request (a field
 /// of `ToolRequest`, an entry in the extensions of `http::Request`): the cancellation
-/// tokens, the deadline, the attempt number, why the previous attempt failed, and a
-/// side-effect class that overrides what the request type implies.
+/// tokens, the deadline, the attempt number, why the previous attempt failed, a
+/// side-effect class that overrides what the request type implies, and the call's
+/// [`Progress`] handle.
 ///
 /// The layers read it through [`ShieldRequest::call_state`](crate::ShieldRequest::call_state)
 /// and write it through [`ShieldRequest::call_state_mut`](crate::ShieldRequest::call_state_mut).
@@ -37,6 +38,7 @@ pub struct CallState {
     retry_reason: Option<ErrorKind>,
     kind: Option<CallKind>,
     probe: bool,
+    progress: Progress,
 }
 
 impl Default for CallState {
@@ -62,6 +64,7 @@ impl CallState {
             retry_reason: None,
             kind: None,
             probe: false,
+            progress: Progress::new(),
         }
     }
 
@@ -84,6 +87,28 @@ impl CallState {
     pub fn with_deadline(mut self, deadline: Instant) -> Self {
         self.deadline = Some(deadline);
         self
+    }
+
+    /// Calls `callback` with every progress report of the call, from every attempt
+    /// ([`Progress::on_progress`]).
+    #[must_use]
+    pub fn on_progress<F>(mut self, callback: F) -> Self
+    where
+        F: Fn(&ProgressEvent<'_>) + Send + Sync + 'static,
+    {
+        self.progress = self.progress.on_progress(callback);
+        self
+    }
+
+    /// The progress handle: a tool reports on it
+    /// (`req.call_state().map(|s| s.progress().report(..))`).
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// The progress handle, mutably (the layers install what observes it).
+    pub fn progress_mut(&mut self) -> &mut Progress {
+        &mut self.progress
     }
 
     /// The call and attempt tokens.
@@ -122,10 +147,14 @@ impl CallState {
 
     /// Starts attempt `attempt`: from the second attempt on, a fresh attempt token (a
     /// child of the same call token: the previous one may have been cancelled by a
-    /// timeout). Starting the attempt the state is already at changes nothing.
+    /// timeout), and progress reports numbered with the new attempt, without the previous
+    /// attempt's idle clock. Starting the attempt the state is already at changes nothing.
     pub fn begin_attempt(&mut self, attempt: u32) {
         if attempt > 1 && attempt != self.attempt {
             self.tokens = self.tokens.next_attempt();
+        }
+        if attempt != self.attempt {
+            self.progress.begin_attempt(attempt);
         }
         self.attempt = attempt;
         self.probe = false;

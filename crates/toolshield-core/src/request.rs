@@ -10,7 +10,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::canonical::{cache_key_from_digest, payload_digest, Digest};
-use crate::{CallKind, CallMeta, CallState, CallTokens, ErrorKind, ShieldRequest, ToolError};
+use crate::{
+    CallKind, CallMeta, CallState, CallTokens, ErrorKind, Progress, ProgressEvent, ShieldRequest,
+    ToolError,
+};
 
 /// Who asked for a call and under which trace: shared by every clone of a request.
 #[derive(Debug, Clone)]
@@ -155,6 +158,33 @@ impl ToolRequest {
         self
     }
 
+    /// Calls `callback` with every progress report the tool makes, from every attempt
+    /// (an agent UI's progress bar). Called on the reporting task: keep it quick, or
+    /// forward the event to a channel.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use toolshield_core::ToolRequest;
+    ///
+    /// let seen = Arc::new(AtomicU64::new(0));
+    /// let counter = Arc::clone(&seen);
+    /// let req = ToolRequest::new("crawl", json!({}))
+    ///     .on_progress(move |e| counter.store(e.seq, Ordering::Relaxed));
+    /// req.progress().report(1.0, 4.0, Some("page 1"));
+    /// assert_eq!(seen.load(Ordering::Relaxed), 1);
+    /// ```
+    #[must_use]
+    pub fn on_progress<F>(mut self, callback: F) -> Self
+    where
+        F: Fn(&ProgressEvent<'_>) + Send + Sync + 'static,
+    {
+        let progress = std::mem::take(self.state.progress_mut()).on_progress(callback);
+        *self.state.progress_mut() = progress;
+        self
+    }
+
     /// Adds a typed extension.
     #[must_use]
     pub fn extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
@@ -249,6 +279,12 @@ impl ToolRequest {
     /// The per-call state: tokens, deadline, attempt, retry reason, declared kind.
     pub fn state(&self) -> &CallState {
         &self.state
+    }
+
+    /// The progress handle: a long tool reports on it
+    /// ([`Progress::report`], [`Progress::heartbeat`]).
+    pub fn progress(&self) -> &Progress {
+        self.state.progress()
     }
 
     /// Caller, trace, run and start time.

@@ -54,6 +54,18 @@ pub struct Provenance {
     /// With hedging, when more than one attempt was sent: how many were sent in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hedges_sent: Option<u32>,
+    /// Progress reports the tool made during the call, across its attempts
+    /// ([`Progress::report`](crate::Progress::report)); absent from JSON when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub progress_reports: u64,
+    /// The last progress message reported (at most
+    /// [`MAX_PROGRESS_MESSAGE`](crate::MAX_PROGRESS_MESSAGE) bytes); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_message: Option<Arc<str>>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a tool returned, with where it came from.

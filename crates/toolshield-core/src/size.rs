@@ -73,10 +73,16 @@ pub fn response_weight(response: &ToolResponse) -> usize {
 }
 
 fn provenance_weight(p: &Provenance) -> usize {
-    let strings = [&p.source, &p.tool, &p.trace_id, &p.tier]
-        .into_iter()
-        .map(|s| s.as_ref().map_or(0, |s| s.len()))
-        .sum::<usize>();
+    let strings = [
+        &p.source,
+        &p.tool,
+        &p.trace_id,
+        &p.tier,
+        &p.progress_message,
+    ]
+    .into_iter()
+    .map(|s| s.as_ref().map_or(0, |s| s.len()))
+    .sum::<usize>();
     std::mem::size_of::<Provenance>() + strings
 }
 

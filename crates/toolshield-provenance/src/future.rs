@@ -8,7 +8,7 @@ use std::task::{ready, Context, Poll};
 use chrono::Utc;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
-use toolshield_core::{payload_digest, ErrorKind, ToolError, ToolResponse};
+use toolshield_core::{payload_digest, ErrorKind, Progress, ToolError, ToolResponse};
 use uuid::Uuid;
 
 use crate::layer::Settings;
@@ -22,6 +22,7 @@ pin_project! {
         tool: Arc<str>,
         trace_id: Option<Arc<str>>,
         execution_id: Uuid,
+        progress: Option<Progress>,
         settings: Arc<Settings>,
     }
 }
@@ -33,6 +34,7 @@ impl<F> ResponseFuture<F> {
         tool: Arc<str>,
         trace_id: Option<Arc<str>>,
         execution_id: Uuid,
+        progress: Option<Progress>,
         settings: Arc<Settings>,
     ) -> Self {
         ResponseFuture {
@@ -41,6 +43,7 @@ impl<F> ResponseFuture<F> {
             tool,
             trace_id,
             execution_id,
+            progress,
             settings,
         }
     }
@@ -79,6 +82,9 @@ where
                     this.settings,
                 );
                 resp.provenance.duration_ms = Some(millis(elapsed));
+                if let Some(progress) = this.progress.as_ref() {
+                    stamp_progress(&mut resp, progress);
+                }
                 Ok(resp)
             }
             Err(e) => {
@@ -91,6 +97,15 @@ where
                 Err(e.with_attempts(attempts).with_elapsed(elapsed))
             }
         })
+    }
+}
+
+/// The progress of this call, unless the tool or a layer inside already wrote some.
+fn stamp_progress(resp: &mut ToolResponse, progress: &Progress) {
+    let p = &mut resp.provenance;
+    if p.progress_reports == 0 && p.progress_message.is_none() {
+        p.progress_reports = progress.reports();
+        p.progress_message = progress.last_message();
     }
 }
 

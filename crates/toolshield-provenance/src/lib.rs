@@ -14,6 +14,7 @@
 //! | `trace_id` | the request's trace id |
 //! | `duration_ms` | the duration of this logical call, cache hits included |
 //! | `response_digest` | SHA-256 of the RFC 8785 canonical output ([`payload_digest`](toolshield_core::payload_digest)) |
+//! | `progress_reports`, `progress_message` | how many progress reports the tool made ([`Progress::report`](toolshield_core::Progress::report)), across attempts, and the last message; left out of JSON when there were none |
 //!
 //! Errors get the attempts made and the elapsed time
 //! ([`ToolError::with_attempts`](toolshield_core::ToolError::with_attempts),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::time::Instant;
-use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -52,8 +52,15 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: ToolRequest) -> Self::Future {
+    fn call(&mut self, mut req: ToolRequest) -> Self::Future {
         let start = Instant::now();
+        // Progress is counted for the response: the caller's own count if it observes the
+        // call, else a count started here (one small allocation per call).
+        let progress = req.call_state_mut().map(|state| {
+            let progress = state.progress_mut();
+            progress.observe();
+            progress.clone()
+        });
         let tool = Arc::clone(req.tool_arc());
         let trace_id = req.meta().trace_id.clone();
         let execution_id = req.execution_id();
@@ -63,6 +70,7 @@ where
             tool,
             trace_id,
             execution_id,
+            progress,
             Arc::clone(&self.settings),
         )
     }

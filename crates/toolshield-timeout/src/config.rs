@@ -3,14 +3,16 @@ use std::time::Duration;
 use toolshield_contract::config::Problems;
 use toolshield_contract::ConfigError;
 
-/// Timeouts of a call: per attempt, soft threshold, and an optional whole-call budget.
+/// Timeouts of a call: per attempt (a hard maximum, and an optional idle limit that
+/// progress reports reset), soft threshold, and an optional whole-call budget.
 ///
 /// ```
 /// use std::time::Duration;
 /// use toolshield_timeout::TimeoutConfig;
 ///
-/// let cfg: TimeoutConfig = serde_json::from_str(r#"{"attempt": "4s", "soft": "2s", "total": "10s"}"#).unwrap();
+/// let cfg: TimeoutConfig = serde_json::from_str(r#"{"attempt": "4s", "soft": "2s", "total": "10s", "idle": "1s"}"#).unwrap();
 /// assert_eq!(cfg.attempt, Duration::from_secs(4));
+/// assert_eq!(cfg.idle, Some(Duration::from_secs(1)));
 /// assert!(cfg.validate().is_ok());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +38,14 @@ pub struct TimeoutConfig {
         serde(with = "toolshield_contract::config::duration::option")
     )]
     pub total: Option<Duration>,
+    /// Idle limit of one attempt: an attempt that reports no progress for this long is
+    /// cut (`TIMEOUT`, "no progress for ..."); each report resets it, and nothing extends
+    /// the attempt past `attempt`. Default off (`null`): only `attempt` applies.
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "toolshield_contract::config::duration::option")
+    )]
+    pub idle: Option<Duration>,
 }
 
 impl Default for TimeoutConfig {
@@ -44,6 +54,7 @@ impl Default for TimeoutConfig {
             attempt: Duration::from_secs(30),
             soft: Some(Duration::from_secs(2)),
             total: None,
+            idle: None,
         }
     }
 }
@@ -51,7 +62,8 @@ impl Default for TimeoutConfig {
 impl TimeoutConfig {
     /// Every problem with this configuration: zero or unbounded durations (each at most
     /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION)), a soft threshold not below
-    /// the attempt timeout, an attempt timeout longer than the total deadline.
+    /// the attempt timeout, an attempt timeout longer than the total deadline, an idle limit
+    /// of zero or longer than the attempt timeout.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
         p.check(!self.attempt.is_zero(), "attempt", "must be greater than 0");
@@ -88,6 +100,22 @@ impl TimeoutConfig {
                 "attempt",
                 format_args!(
                     "attempt timeout {:?} is longer than the total deadline {total:?}",
+                    self.attempt
+                ),
+            );
+        }
+        if let Some(idle) = self.idle {
+            p.check_duration(idle, "idle");
+            p.check(
+                !idle.is_zero(),
+                "idle",
+                "must be greater than 0 (use null to turn it off)",
+            );
+            p.check(
+                idle <= self.attempt,
+                "idle",
+                format_args!(
+                    "idle limit {idle:?} is longer than the attempt timeout {:?}",
                     self.attempt
                 ),
             );

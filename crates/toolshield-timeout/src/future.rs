@@ -1,11 +1,12 @@
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
-use toolshield_contract::{AttemptGuard, ShieldResponse, SlowCall, ToolError};
+use toolshield_contract::{AttemptGuard, IdleClock, ShieldResponse, SlowCall, ToolError};
 
 /// Which limit a [`ResponseFuture`] enforces, for the error message.
 #[derive(Debug, Clone, Copy)]
@@ -14,6 +15,33 @@ pub(crate) enum Expiry {
     Total(Duration),
     /// The deadline the request carried, earlier than the attempt timeout.
     Request,
+}
+
+/// The idle limit of one attempt: the attempt's clock, the limit, and the hard end that
+/// no report extends. Closes the clock when dropped (the attempt finished, expired or
+/// was abandoned), so later reports on the attempt's copy of the request are ignored.
+#[derive(Debug)]
+pub(crate) struct Idle {
+    pub(crate) limit: Duration,
+    pub(crate) hard: Instant,
+    pub(crate) clock: Arc<IdleClock>,
+}
+
+impl Idle {
+    /// When the attempt is cut if it reports nothing more: its last activity plus the
+    /// limit, never past the hard end.
+    fn next_expiry(&self) -> Instant {
+        self.clock
+            .last_activity()
+            .checked_add(self.limit)
+            .map_or(self.hard, |at| at.min(self.hard))
+    }
+}
+
+impl Drop for Idle {
+    fn drop(&mut self) {
+        self.clock.close();
+    }
 }
 
 pin_project! {
@@ -27,6 +55,9 @@ pin_project! {
         // Cancels the attempt token if this future is dropped or expires before the inner
         // future finishes; disarmed on completion.
         guard: Option<AttemptGuard>,
+        // Only with an idle limit: the sleep then runs to the next idle expiry and is
+        // pushed back lazily, when it fires, by the reports made since.
+        idle: Option<Idle>,
     }
 }
 
@@ -54,16 +85,19 @@ impl<F> ResponseFuture<F> {
         start: Instant,
         soft: Option<Duration>,
         guard: Option<AttemptGuard>,
+        idle: Option<Idle>,
     ) -> Self {
+        let first = idle.as_ref().map_or(expires, Idle::next_expiry);
         ResponseFuture {
             state: State::Running {
                 inner,
-                sleep: sleep_until(expires),
+                sleep: sleep_until(first),
             },
             expiry,
             start,
             soft,
             guard,
+            idle,
         }
     }
 
@@ -74,6 +108,7 @@ impl<F> ResponseFuture<F> {
             start: Instant::now(),
             soft: None,
             guard: None,
+            idle: None,
         }
     }
 }
@@ -97,7 +132,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let (inner, sleep) = match this.state.as_mut().project() {
+        let (inner, mut sleep) = match this.state.as_mut().project() {
             StateProj::Running { inner, sleep } => (inner, sleep),
             StateProj::Failed { error } => {
                 let error = error.take().unwrap_or_else(|| {
@@ -118,6 +153,7 @@ where
                 guard.disarm();
             }
             this.state.set(State::Done);
+            drop(this.idle.take());
             return Poll::Ready(match result {
                 Ok(mut res) => {
                     if let Some(threshold) = *this.soft {
@@ -138,15 +174,37 @@ where
             });
         }
 
-        ready!(sleep.poll(cx));
+        let mut idle_expired = None;
+        loop {
+            ready!(sleep.as_mut().poll(cx));
+            let Some(idle) = this.idle.as_ref() else {
+                break;
+            };
+            let now = Instant::now();
+            if now >= idle.hard {
+                break;
+            }
+            // Reports made since the sleep was set push it back; nothing passes `hard`.
+            let next = idle.next_expiry();
+            if next > now {
+                sleep.as_mut().reset(next);
+                continue;
+            }
+            idle_expired = Some(idle.limit);
+            break;
+        }
         // Drop the inner future now, not when our caller drops us, then cancel the
         // attempt token (dropping the guard cancels it).
         this.state.set(State::Done);
+        drop(this.idle.take());
         drop(this.guard.take());
-        let error = match *this.expiry {
-            Expiry::Attempt(d) => ToolError::timeout(format!("attempt timed out after {d:?}")),
-            Expiry::Total(d) => ToolError::timeout(format!("call exceeded its deadline of {d:?}")),
-            Expiry::Request => ToolError::timeout("call reached its deadline"),
+        let error = match (idle_expired, *this.expiry) {
+            (Some(limit), _) => ToolError::timeout(format!("no progress for {limit:?}")),
+            (None, Expiry::Attempt(d)) => ToolError::timeout(format!("attempt exceeded {d:?}")),
+            (None, Expiry::Total(d)) => {
+                ToolError::timeout(format!("call exceeded its deadline of {d:?}"))
+            }
+            (None, Expiry::Request) => ToolError::timeout("call reached its deadline"),
         };
         Poll::Ready(Err(error.with_elapsed(this.start.elapsed())))
     }

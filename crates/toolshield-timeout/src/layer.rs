@@ -14,6 +14,7 @@ use crate::service::{Deadline, Timeout};
 pub struct TimeoutLayer {
     attempt: Duration,
     soft: Option<Duration>,
+    idle: Option<Duration>,
 }
 
 impl TimeoutLayer {
@@ -27,7 +28,19 @@ impl TimeoutLayer {
         TimeoutLayer {
             attempt: attempt.min(MAX_DURATION),
             soft: None,
+            idle: None,
         }
+    }
+
+    /// Cuts an attempt that reports no progress for `idle`
+    /// ([`Progress::report`](toolshield_contract::Progress::report)); each report resets
+    /// it, and nothing extends the attempt past the attempt timeout. An `idle` longer than
+    /// [`MAX_DURATION`] is clamped to it; one not below the attempt timeout never fires
+    /// before it (a configuration file rejects it: [`TimeoutConfig::validate`]).
+    #[must_use]
+    pub fn idle(mut self, idle: Duration) -> Self {
+        self.idle = Some(idle.min(MAX_DURATION));
+        self
     }
 
     /// Marks a success slower than `soft` as slow ([`SlowCall`](toolshield_contract::SlowCall)).
@@ -38,12 +51,13 @@ impl TimeoutLayer {
         self
     }
 
-    /// The attempt timeout and soft threshold of a validated config.
+    /// The attempt timeout, soft threshold and idle limit of a validated config.
     pub fn from_config(cfg: &TimeoutConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(TimeoutLayer {
             attempt: cfg.attempt,
             soft: cfg.soft,
+            idle: cfg.idle,
         })
     }
 }
@@ -52,7 +66,7 @@ impl<S> Layer<S> for TimeoutLayer {
     type Service = Timeout<S>;
 
     fn layer(&self, inner: S) -> Timeout<S> {
-        Timeout::new(inner, self.attempt, self.soft)
+        Timeout::new(inner, self.attempt, self.soft).with_idle(self.idle)
     }
 }
 

@@ -1,12 +1,13 @@
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use toolshield_contract::config::{deadline_after, MAX_DURATION};
-use toolshield_contract::{CallState, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_contract::{CallState, IdleClock, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
-use crate::future::{Expiry, ResponseFuture};
+use crate::future::{Expiry, Idle, ResponseFuture};
 
 /// A per-attempt timeout that also enforces the request's deadline.
 ///
@@ -19,11 +20,17 @@ use crate::future::{Expiry, ResponseFuture};
 /// spawned work elsewhere sees it), and the call fails with `TIMEOUT`. A success slower
 /// than the soft threshold is marked with a [`SlowCall`](toolshield_contract::SlowCall) and
 /// still succeeds.
+///
+/// With an idle limit ([`with_idle`](Self::with_idle)), an attempt that reports no progress
+/// ([`Progress::report`](toolshield_contract::Progress::report)) for that long is cut too,
+/// with `TIMEOUT` "no progress for ..."; each report on the attempt's copy of the request
+/// resets the idle limit, and nothing extends the attempt past `attempt`.
 #[derive(Debug, Clone)]
 pub struct Timeout<S> {
     inner: S,
     attempt: Duration,
     soft: Option<Duration>,
+    idle: Option<Duration>,
 }
 
 impl<S> Timeout<S> {
@@ -35,7 +42,17 @@ impl<S> Timeout<S> {
             inner,
             attempt: attempt.min(MAX_DURATION),
             soft: soft.map(|soft| soft.min(MAX_DURATION)),
+            idle: None,
         }
+    }
+
+    /// Sets (or clears) the idle limit: an attempt silent for `idle` is cut, each progress
+    /// report resets it. Clamped to [`MAX_DURATION`]; an idle limit not below the attempt
+    /// timeout never fires before it.
+    #[must_use]
+    pub fn with_idle(mut self, idle: Option<Duration>) -> Self {
+        self.idle = idle.map(|idle| idle.min(MAX_DURATION));
+        self
     }
 
     /// The inner service.
@@ -69,7 +86,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: Req) -> Self::Future {
+    fn call(&mut self, mut req: Req) -> Self::Future {
         let start = Instant::now();
         let attempt_end = deadline_after(start, self.attempt);
         // The request's deadline is enforced here too, so it holds in every stack with an
@@ -85,6 +102,20 @@ where
             ));
         }
         let guard = state.map(|s| s.tokens().clone().guard_attempt());
+        // Only an idle limit costs an allocation: the attempt's clock, put on the copy of
+        // the request the tool gets. A request type without state cannot report, so its
+        // attempts are cut after `idle` like any silent one.
+        let idle = self.idle.map(|limit| {
+            let clock = Arc::new(IdleClock::new(start));
+            if let Some(state) = req.call_state_mut() {
+                state.progress_mut().set_idle_clock(Arc::clone(&clock));
+            }
+            Idle {
+                limit,
+                hard: expires,
+                clock,
+            }
+        });
         ResponseFuture::running(
             self.inner.call(req),
             expires,
@@ -92,6 +123,7 @@ where
             start,
             self.soft,
             guard,
+            idle,
         )
     }
 }
@@ -178,6 +210,7 @@ where
             start,
             None,
             guard,
+            None,
         )
     }
 }

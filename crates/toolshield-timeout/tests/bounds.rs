@@ -31,6 +31,7 @@ fn validate_reports_every_unbounded_duration_with_the_other_problems() {
         attempt: Duration::ZERO,
         soft: None,
         total: Some(Duration::MAX),
+        idle: None,
     };
     let err = cfg.validate().unwrap_err();
     assert_eq!(problem_fields(&err), ["attempt", "total"], "{err}");
@@ -39,6 +40,7 @@ fn validate_reports_every_unbounded_duration_with_the_other_problems() {
         attempt: Duration::MAX,
         soft: Some(Duration::MAX),
         total: None,
+        idle: None,
     };
     let err = cfg.validate().unwrap_err();
     // Both too long, and the soft threshold is not below the attempt timeout.
@@ -48,8 +50,19 @@ fn validate_reports_every_unbounded_duration_with_the_other_problems() {
         attempt: MAX_DURATION,
         soft: Some(Duration::from_secs(1)),
         total: Some(MAX_DURATION),
+        idle: Some(MAX_DURATION),
     };
     assert!(at_the_bound.validate().is_ok());
+
+    let cfg = TimeoutConfig {
+        attempt: MAX_DURATION,
+        soft: None,
+        total: None,
+        idle: Some(Duration::MAX),
+    };
+    let err = cfg.validate().unwrap_err();
+    // Too long, and longer than the attempt timeout.
+    assert_eq!(problem_fields(&err), ["idle", "idle"], "{err}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -95,4 +108,20 @@ async fn a_call_under_duration_max_limits_completes_with_a_bounded_deadline() {
     assert_eq!(res.output, json!("done"));
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(*seen.lock().unwrap(), Some(start + MAX_DURATION));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_limit_of_duration_max_is_clamped_and_the_hard_maximum_holds() {
+    let start = tokio::time::Instant::now();
+    let err = TimeoutLayer::new(Duration::from_secs(5))
+        .idle(Duration::MAX)
+        .layer(service_fn(|_req: ToolRequest| async {
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>(ToolResponse::new(json!(null)))
+        }))
+        .oneshot(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert!(err.message().contains("attempt exceeded 5s"), "{err}");
 }
