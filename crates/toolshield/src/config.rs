@@ -46,6 +46,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolshield_breaker::{BreakerConfig, WindowConfig};
 use toolshield_cache::ToolCacheConfig;
+use toolshield_chaos::ChaosConfig;
+use toolshield_hedge::HedgeConfig;
 use toolshield_core::config::Problems;
 use toolshield_core::{CallKind, ConfigError};
 use toolshield_idempotency::IdempotencyConfig;
@@ -74,6 +76,12 @@ pub struct ToolConfig {
     pub idempotency: IdempotencyConfig,
     /// JSON Schema of the tool's arguments.
     pub schema: Option<Value>,
+    /// Hedged requests: after a delay, more attempts of a read-only call (or an idempotent
+    /// one with a key), the first success wins. Off by default; refused on a mutating tool.
+    pub hedge: HedgeConfig,
+    /// Fault injection for testing agents: latency, errors, hangs, in-band failures at
+    /// chosen rates, seeded. Off by default; logged and exported when on.
+    pub faults: ChaosConfig,
 }
 
 /// The configuration of a whole shield: a switch, defaults, and per-tool settings.
@@ -99,7 +107,7 @@ impl Default for ShieldConfig {
     }
 }
 
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 9] = [
     "kind",
     "timeout",
     "retry",
@@ -107,6 +115,8 @@ const SECTIONS: [&str; 7] = [
     "cache",
     "idempotency",
     "schema",
+    "hedge",
+    "faults",
 ];
 
 impl ShieldConfig {
@@ -329,7 +339,7 @@ fn parse_tool(
         }
     }
     let b = base;
-    ToolConfig {
+    let mut tool = ToolConfig {
         kind: section("kind", own, b.map(|(r, t)| (r, &t.kind)), path, p),
         timeout: section("timeout", own, b.map(|(r, t)| (r, &t.timeout)), path, p),
         retry: section("retry", own, b.map(|(r, t)| (r, &t.retry)), path, p),
@@ -343,7 +353,24 @@ fn parse_tool(
             p,
         ),
         schema: section("schema", own, b.map(|(r, t)| (r, &t.schema)), path, p),
+        hedge: section("hedge", own, b.map(|(r, t)| (r, &t.hedge)), path, p),
+        faults: section("faults", own, b.map(|(r, t)| (r, &t.faults)), path, p),
+    };
+    // The built-in slow-call threshold (2 s) is a default nobody wrote: with a short
+    // attempt timeout (`timeout = { attempt = "1s" }`) it would be refused as "not below
+    // the attempt timeout". A threshold no document wrote that does not fit is off.
+    let writes_soft = |m: &Map<String, Value>| {
+        m.get("timeout")
+            .and_then(Value::as_object)
+            .is_some_and(|t| t.contains_key("soft"))
+    };
+    let soft_written = writes_soft(own) || b.is_some_and(|(raw, _)| writes_soft(raw));
+    if let (false, Some(soft)) = (soft_written, tool.timeout.soft) {
+        if soft >= tool.timeout.attempt {
+            tool.timeout.soft = None;
+        }
     }
+    tool
 }
 
 /// `over` merged field by field onto `base` (tables merge, anything else replaces).
@@ -408,6 +435,19 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
             format!("{path}.cache.ttl"),
             format_args!("only read_only tools are cached, this one is {kind}"),
         );
+    }
+    if own(|a, b| a.hedge == b.hedge) {
+        p.extend(&format!("{path}.hedge"), tool.hedge.validate());
+    }
+    // A mutating tool is never hedged, whatever the defaults say: checked for every tool.
+    if tool.hedge.enabled && tool.kind == Some(CallKind::Mutating) {
+        p.push(
+            format!("{path}.hedge.enabled"),
+            "hedging sends a call more than once: a mutating tool must not be hedged",
+        );
+    }
+    if own(|a, b| a.faults == b.faults) {
+        p.extend(&format!("{path}.faults"), tool.faults.validate());
     }
     if let (true, Some(schema)) = (own(|a, b| a.schema == b.schema), &tool.schema) {
         if let Err(e) = toolshield_validate::Schema::new(schema.clone()) {
