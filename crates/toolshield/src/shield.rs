@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
-use toolshield_breaker::{BreakerLayer, BreakerRegistry};
+use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, CacheStore, InMemoryCacheStore};
 use toolshield_cancel::CancelLayer;
 use toolshield_core::config::Problems;
@@ -266,7 +266,11 @@ fn build_policies(
         // remove and add it again).
         let registry = match before {
             Some((l, _)) => (l.registry.clone(), l.breaker.registry().clone()),
-            None if tool.breaker == config.defaults.breaker => {
+            // A tool that ran on the defaults and has a breaker there that is not closed
+            // (open, half-open, under an override) stays with it.
+            None if tool.breaker == config.defaults.breaker
+                || previous.is_some() && default_registry.state(name) != CircuitState::Closed =>
+            {
                 (DEFAULT_REGISTRY.to_owned(), default_registry.clone())
             }
             None => match registries.get(name) {
