@@ -35,13 +35,16 @@ fn refuse(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
 
+/// A body that cannot be used: its status and message (small, so the `Result` is).
+type Unusable = (StatusCode, &'static str);
+
 /// The source a request asks for: `Err` is the answer to a body that cannot be used.
-fn source(headers: &HeaderMap, body: &Bytes) -> Result<ReloadSource, Response> {
+fn source(headers: &HeaderMap, body: &Bytes) -> Result<ReloadSource, Unusable> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(ReloadSource::File);
     }
     let Ok(text) = std::str::from_utf8(body) else {
-        return Err(refuse(StatusCode::BAD_REQUEST, "the body is not UTF-8"));
+        return Err((StatusCode::BAD_REQUEST, "the body is not UTF-8"));
     };
     let media = headers
         .get(header::CONTENT_TYPE)
@@ -54,7 +57,7 @@ fn source(headers: &HeaderMap, body: &Bytes) -> Result<ReloadSource, Response> {
         m if m == "application/json" || m.ends_with("+json") => {
             Ok(ReloadSource::Json(text.to_owned()))
         }
-        _ => Err(refuse(
+        _ => Err((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "send the configuration as application/toml or application/json, or no body to reload the file",
         )),
@@ -71,7 +74,7 @@ pub(crate) async fn reload(
     };
     let source = match source(&headers, &body) {
         Ok(source) => source,
-        Err(answer) => return answer,
+        Err((status, message)) => return refuse(status, message),
     };
     let what = match &source {
         ReloadSource::Toml(_) => "toml body",
