@@ -59,6 +59,7 @@ impl AdminAction {
 pub(crate) struct AdminState {
     pub(crate) registries: BreakerRegistries,
     pub(crate) token: Arc<[u8]>,
+    pub(crate) reload: Option<crate::reload::ReloadFn>,
 }
 
 fn error(status: StatusCode, message: &str) -> Response {

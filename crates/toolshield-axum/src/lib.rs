@@ -15,6 +15,9 @@
 //!   breaker of every registry; a key no registry holds is 404 unless `?create=true`):
 //!   behind `Authorization: Bearer <token>`, compared in constant time; not mounted at all
 //!   without a token. Every action is logged and emitted as a breaker event.
+//! - `POST /admin/reload` (with [`ShieldRouter::reload_with`] and the same token): a new
+//!   configuration for the running stack, from the body (TOML or JSON) or, with no
+//!   body, from the server's file; 200 with a summary, 422 with every problem.
 //!
 //! [`ShieldRouter::breakers`] takes every [`BreakerRegistry`](toolshield_breaker::BreakerRegistry)
 //! of a stack in one call ([`BreakerRegistries`]): `.breakers(shield.breakers())` for a
@@ -48,6 +51,7 @@ mod error_response;
 mod handler;
 mod health;
 mod registries;
+mod reload;
 mod router;
 mod status;
 
@@ -56,5 +60,6 @@ pub use error_response::{ResponseFuture, ToolErrorResponse, ToolErrorResponseLay
 pub use handler::{HandlerClassifier, MatchedPathKey, UNMATCHED_ROUTE_KEY};
 pub use health::{CheckFuture, Component, ComponentStatus, HealthCheck, HealthReport, Importance};
 pub use registries::{BreakerRegistries, DEFAULT_REGISTRY};
+pub use reload::ReloadSource;
 pub use router::{ShieldRouter, ADMIN_TOKEN_ENV, DEFAULT_CHECK_TIMEOUT};
 pub use status::{error_response, status_for};

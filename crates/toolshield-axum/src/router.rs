@@ -16,6 +16,8 @@ use toolshield_metrics::{PrometheusExporter, PROMETHEUS_CONTENT_TYPE};
 use crate::admin::{self, AdminState};
 use crate::health::{self, Component, ComponentStatus, HealthCheck, Importance, Registered};
 use crate::registries::BreakerRegistries;
+use crate::reload::{self, ReloadFn, ReloadSource};
+use toolshield_core::ConfigError;
 
 /// The timeout of a check registered without one.
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -23,7 +25,8 @@ pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// The environment variable [`ShieldRouter::admin_token_from_env`] reads by default.
 pub const ADMIN_TOKEN_ENV: &str = "TOOLSHIELD_ADMIN_TOKEN";
 
-/// Builds the operations router: `/healthz`, `/metrics` and `/admin/breakers`.
+/// Builds the operations router: `/healthz`, `/metrics`, `/admin/breakers` and
+/// `/admin/reload`.
 ///
 /// - `GET /healthz` is always mounted.
 /// - `GET /metrics` is mounted with [`metrics`](Self::metrics).
@@ -34,12 +37,18 @@ pub const ADMIN_TOKEN_ENV: &str = "TOOLSHIELD_ADMIN_TOKEN";
 ///   A key no registry holds is 404 for every verb; `?create=true` creates it (see
 ///   `docs/operations.md` for the registry it is created in), `?registry=NAME` narrows a
 ///   request to one registry.
+/// - `POST /admin/reload` is mounted with [`reload_with`](Self::reload_with) *and* an
+///   admin token: the body is the new configuration (`application/toml` or
+///   `application/json`), or empty to reload the server's configuration file; 200 with a
+///   summary, 422 with every problem (nothing changed), 415 for another content type,
+///   400 for a body that is not UTF-8, 401 without the token.
 #[derive(Clone, Default)]
 pub struct ShieldRouter {
     checks: Vec<Registered>,
     exporter: Option<PrometheusExporter>,
     registries: BreakerRegistries,
     token: Option<Arc<[u8]>>,
+    reload: Option<ReloadFn>,
 }
 
 impl std::fmt::Debug for ShieldRouter {
@@ -52,6 +61,7 @@ impl std::fmt::Debug for ShieldRouter {
             .field("metrics", &self.exporter.is_some())
             .field("breakers", &self.registries.names().collect::<Vec<_>>())
             .field("admin", &self.token.is_some())
+            .field("reload", &self.reload.is_some())
             .finish()
     }
 }
@@ -149,6 +159,22 @@ impl ShieldRouter {
         }
     }
 
+    /// Mounts `POST /admin/reload` (with an [`admin_token`](Self::admin_token)): `apply`
+    /// gets the [`ReloadSource`] a request asks for, applies it, and answers a summary
+    /// of what changed, or every problem found (then nothing may have changed).
+    ///
+    /// This crate does not know the facade: with `toolshield`, the callback parses the
+    /// body with `ShieldConfig::from_toml_str` / `from_json_str` (or loads the file the
+    /// server started with) and calls `Shield::reload`; see `docs/reload.md`.
+    #[must_use]
+    pub fn reload_with<F>(mut self, apply: F) -> Self
+    where
+        F: Fn(ReloadSource) -> Result<serde_json::Value, ConfigError> + Send + Sync + 'static,
+    {
+        self.reload = Some(Arc::new(apply));
+        self
+    }
+
     /// The axum router; merge it into your app (`app.merge(router)`).
     pub fn build(self) -> Router {
         let health_state = HealthState {
@@ -159,21 +185,33 @@ impl ShieldRouter {
         if let Some(exporter) = self.exporter {
             router = router.route("/metrics", get(metrics).with_state(exporter));
         }
-        if let (false, Some(token)) = (self.registries.is_empty(), self.token) {
+        if let Some(token) = self.token {
+            let breakers = !self.registries.is_empty();
+            let reloads = self.reload.is_some();
             let state = AdminState {
                 registries: self.registries,
                 token,
+                reload: self.reload,
             };
-            let admin = Router::new()
-                .route("/admin/breakers", get(admin::list))
-                .route("/admin/breakers/{key}", get(admin::one))
-                .route("/admin/breakers/{key}/{action}", post(admin::act))
-                .route_layer(axum::middleware::from_fn_with_state(
-                    state.clone(),
-                    admin::require_token,
-                ))
-                .with_state(state);
-            router = router.merge(admin);
+            let mut admin = Router::new();
+            if breakers {
+                admin = admin
+                    .route("/admin/breakers", get(admin::list))
+                    .route("/admin/breakers/{key}", get(admin::one))
+                    .route("/admin/breakers/{key}/{action}", post(admin::act));
+            }
+            if reloads {
+                admin = admin.route("/admin/reload", post(reload::reload));
+            }
+            if breakers || reloads {
+                let admin = admin
+                    .route_layer(axum::middleware::from_fn_with_state(
+                        state.clone(),
+                        admin::require_token,
+                    ))
+                    .with_state(state);
+                router = router.merge(admin);
+            }
         }
         router
     }

@@ -56,10 +56,11 @@ pub use toolshield_core::{
 
 pub mod collectors;
 pub mod config;
+mod reload;
 pub mod shield;
 
 pub use config::{ShieldConfig, ToolConfig};
-pub use shield::{BoxTool, RouterBuilder, Shield, ToolRouter};
+pub use shield::{BoxTool, ReloadSummary, RouterBuilder, Shield, ToolRouter};
 
 /// The names most programs need.
 pub mod prelude {

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
-use toolshield_breaker::{BreakerLayer, BreakerRegistry};
+use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_cache::{CacheConfig, CacheHandle, CacheLayer, CacheStore, InMemoryCacheStore};
 use toolshield_cancel::CancelLayer;
 use toolshield_core::config::Problems;
@@ -21,7 +21,7 @@ use toolshield_fallback::FallbackLayer;
 use toolshield_idempotency::{
     IdempotencyHandle, IdempotencyLayer, IdempotencyStore, InMemoryIdempotencyStore,
 };
-use toolshield_metrics::{MetricsConfig, MetricsLayer, PrometheusExporter};
+use toolshield_metrics::{MetricsConfig, MetricsLayer, MetricsTarget, PrometheusExporter};
 use toolshield_provenance::ProvenanceLayer;
 
 use crate::collectors::{BreakerMetrics, FallbackMetrics};
@@ -32,28 +32,60 @@ use tower::util::{BoxCloneSyncService, Either, MapRequestLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::config::{ShieldConfig, ToolConfig};
+pub use crate::reload::ReloadSummary;
+use crate::reload::{Policies, PolicyCell, Reloading};
 
 /// A shielded tool behind one type: what the [`ToolRouter`] holds.
 pub type BoxTool = BoxCloneSyncService<ToolRequest, ToolResponse, ToolError>;
 
-/// The layers of one tool, built and checked once, each holding that tool's policy: a
-/// call finds its settings in the stack that wraps its tool, never by name.
+/// The layers of one tool, built and checked once per configuration, each holding that
+/// tool's policy: a call finds its settings in the stack that wraps its tool, never by
+/// name.
+///
+/// The seam for a new layer: a field here, built in [`tool_layers`] (reusing the previous
+/// generation's layer when its settings did not change, if it keeps state), placed in
+/// [`tool_stack`].
 #[derive(Clone)]
-struct ToolLayers {
+pub(crate) struct ToolLayers {
     kind: Option<CallKind>,
     validate: Option<ValidateLayer>,
     cache: CacheLayer,
     deadline: Option<DeadlineLayer>,
     idempotency: IdempotencyLayer,
     retry: RetryLayer,
+    /// The name of `breaker`'s registry in [`Shield::breakers`].
+    registry: String,
     breaker: BreakerLayer,
     timeout: TimeoutLayer,
+}
+
+/// What every generation of policies shares and a reload keeps: the stores, the
+/// single-flight table, the breaker registries (with their states).
+struct Kept {
+    /// One store, one single-flight table and one set of counters; each tool's layer adds
+    /// its own policy.
+    cache: CacheLayer,
+    idempotency_store: Arc<dyn IdempotencyStore>,
+    breakers: RwLock<BTreeMap<String, BreakerRegistry>>,
+    exporter: RwLock<Option<PrometheusExporter>>,
+    /// One reload (or `with_metrics`) at a time.
+    reload: Mutex<()>,
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The default stack (see docs/layer-order.md) built from a [`ShieldConfig`], with its shared
 /// state: breaker registries, the result cache, the idempotency store, the schemas.
 ///
 /// Cloning is cheap and every clone (and every service it wraps) shares that state.
+/// [`reload`](Self::reload) swaps the settings of every tool at once, for every clone and
+/// every service already wrapped (docs/reload.md).
 ///
 /// ```
 /// use serde_json::json;
@@ -81,28 +113,222 @@ struct ToolLayers {
 /// ```
 #[derive(Clone)]
 pub struct Shield {
-    config: Arc<ShieldConfig>,
-    defaults: ToolLayers,
-    tools: Arc<BTreeMap<String, ToolLayers>>,
-    breakers: BTreeMap<String, BreakerRegistry>,
-    cache: CacheLayer,
-    idempotency_store: Arc<dyn IdempotencyStore>,
-    metrics: MetricsLayer,
-    exporter: Option<PrometheusExporter>,
+    policies: Arc<PolicyCell>,
+    kept: Arc<Kept>,
     provenance: ProvenanceLayer,
 }
 
 impl fmt::Debug for Shield {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = self.policies.load();
         f.debug_struct("Shield")
-            .field("enabled", &self.config.enabled)
-            .field("tools", &self.config.tools.keys().collect::<Vec<_>>())
+            .field("generation", &p.generation)
+            .field("enabled", &p.config.enabled)
+            .field("tools", &p.config.tools.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 /// The name of the breaker registry shared by every tool on the default breaker settings.
 pub const DEFAULT_REGISTRY: &str = "default";
+
+/// A generation of policies built from a configuration, not yet published.
+struct Built {
+    policies: Policies,
+    new_registries: BTreeMap<String, BreakerRegistry>,
+    breaker_settings_kept: Vec<String>,
+}
+
+/// `Some(value)`, or `None` with the error's problems recorded under `path`.
+fn collect<T>(p: &mut Problems, path: &str, r: Result<T, ConfigError>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            p.extend(path, Err(e));
+            None
+        }
+    }
+}
+
+/// Builds the layers of one tool (or of the defaults) from its section. `previous` is the
+/// same section's layers and settings in the running generation: layers that keep state
+/// (the retry budget, the idempotency counters) and the compiled schema are kept when
+/// their settings did not change.
+fn tool_layers(
+    tool: &ToolConfig,
+    path: &str,
+    (registry_name, registry): (&str, BreakerRegistry),
+    previous: Option<(&ToolLayers, &ToolConfig)>,
+    kept: &Kept,
+) -> Result<ToolLayers, ConfigError> {
+    let mut p = Problems::new();
+    let validate = match (&tool.schema, previous) {
+        (Some(schema), Some((l, c))) if c.schema.as_ref() == Some(schema) => l.validate.clone(),
+        (Some(schema), _) => collect(
+            &mut p,
+            &format!("{path}.schema"),
+            Schema::new(schema.clone()),
+        )
+        .map(ValidateLayer::new),
+        (None, _) => None,
+    };
+    let cache = collect(
+        &mut p,
+        &format!("{path}.cache"),
+        kept.cache.with_config(CacheConfig::from(&tool.cache)),
+    );
+    let deadline = collect(
+        &mut p,
+        &format!("{path}.timeout"),
+        DeadlineLayer::from_config(&tool.timeout),
+    );
+    let idempotency = match previous {
+        Some((l, c)) if c.idempotency == tool.idempotency => Some(l.idempotency.clone()),
+        _ => collect(
+            &mut p,
+            &format!("{path}.idempotency"),
+            IdempotencyLayer::with_store(tool.idempotency.clone(), kept.idempotency_store.clone()),
+        ),
+    };
+    let retry = match previous {
+        Some((l, c)) if c.retry == tool.retry => Some(l.retry.clone()),
+        _ => collect(
+            &mut p,
+            &format!("{path}.retry"),
+            RetryLayer::from_config(&tool.retry),
+        ),
+    };
+    let timeout = collect(
+        &mut p,
+        &format!("{path}.timeout"),
+        TimeoutLayer::from_config(&tool.timeout),
+    );
+    p.into_result()?;
+    let (Some(cache), Some(deadline), Some(idempotency), Some(retry), Some(timeout)) =
+        (cache, deadline, idempotency, retry, timeout)
+    else {
+        return Err(ConfigError::single(path, "a layer could not be built"));
+    };
+    Ok(ToolLayers {
+        kind: tool.kind,
+        validate,
+        cache,
+        deadline,
+        idempotency,
+        retry,
+        registry: registry_name.to_owned(),
+        breaker: BreakerLayer::new(registry),
+        timeout,
+    })
+}
+
+/// Builds every tool's layers from `config`, keeping from `previous` (the running
+/// generation) each tool's breaker registry and the layers whose settings did not change.
+/// Every problem of every section is reported.
+fn build_policies(
+    config: &ShieldConfig,
+    previous: Option<&Policies>,
+    kept: &Kept,
+    target: MetricsTarget,
+) -> Result<Built, ConfigError> {
+    let mut p = Problems::new();
+    let registries = read(&kept.breakers).clone();
+    let Some(default_registry) = registries.get(DEFAULT_REGISTRY).cloned() else {
+        return Err(ConfigError::single(
+            "defaults.breaker",
+            "no default registry",
+        ));
+    };
+    let mut new_registries = BTreeMap::new();
+    let mut breaker_settings_kept = Vec::new();
+    if *default_registry.config() != config.defaults.breaker {
+        breaker_settings_kept.push("defaults".to_owned());
+    }
+    let defaults = collect(
+        &mut p,
+        "",
+        tool_layers(
+            &config.defaults,
+            "defaults",
+            (DEFAULT_REGISTRY, default_registry.clone()),
+            previous.map(|prev| (&prev.defaults, &prev.config.defaults)),
+            kept,
+        ),
+    );
+    let mut tools = BTreeMap::new();
+    for (name, tool) in &config.tools {
+        let path = format!("tools.{name}");
+        let before =
+            previous.and_then(|prev| Some((prev.tools.get(name)?, prev.config.tools.get(name)?)));
+        // A tool keeps the registry it had, so a breaker open before a reload is still open
+        // after it. Otherwise: tools on the default breaker settings share one registry (one
+        // admin view); a tool with its own settings gets its own (kept across reloads that
+        // remove and add it again).
+        let registry = match before {
+            Some((l, _)) => (l.registry.clone(), l.breaker.registry().clone()),
+            // A tool that ran on the defaults and has a breaker there that is not closed
+            // (open, half-open, under an override) stays with it.
+            None if tool.breaker == config.defaults.breaker
+                || previous.is_some() && default_registry.state(name) != CircuitState::Closed =>
+            {
+                (DEFAULT_REGISTRY.to_owned(), default_registry.clone())
+            }
+            None => match registries.get(name) {
+                Some(r) => (name.clone(), r.clone()),
+                None => match BreakerRegistry::new(tool.breaker.clone()) {
+                    Ok(r) => {
+                        new_registries.insert(name.clone(), r.clone());
+                        (name.clone(), r)
+                    }
+                    Err(e) => {
+                        p.extend(&format!("{path}.breaker"), Err(e));
+                        continue;
+                    }
+                },
+            },
+        };
+        if *registry.1.config() != tool.breaker {
+            breaker_settings_kept.push(name.clone());
+        }
+        let layers = tool_layers(tool, &path, (&registry.0, registry.1), before, kept);
+        if let Some(layers) = collect(&mut p, "", layers) {
+            tools.insert(name.clone(), layers);
+        }
+    }
+    // The `tool` label names the configured tools; the same names on the same target
+    // are the same series, so a reload that keeps a tool keeps its counts.
+    let metrics = match previous {
+        Some(prev) if prev.config.tools.keys().eq(config.tools.keys()) => {
+            Some(prev.metrics.clone())
+        }
+        _ => collect(
+            &mut p,
+            "tools",
+            MetricsLayer::build(
+                MetricsConfig::with_tools(config.tools.keys().map(String::as_str)),
+                target,
+            ),
+        ),
+    };
+    p.into_result()?;
+    let (Some(defaults), Some(metrics)) = (defaults, metrics) else {
+        return Err(ConfigError::single(
+            "defaults",
+            "a layer could not be built",
+        ));
+    };
+    Ok(Built {
+        policies: Policies {
+            generation: 0,
+            config: Arc::new(config.clone()),
+            defaults,
+            tools,
+            metrics,
+        },
+        new_registries,
+        breaker_settings_kept,
+    })
+}
 
 impl Shield {
     /// Builds every layer of every configured tool, on in-memory stores.
@@ -121,151 +347,182 @@ impl Shield {
         idempotency_store: Arc<dyn IdempotencyStore>,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-
-        // One store, one single-flight table and one set of counters; each tool's layer
-        // adds its own policy.
         let cache = CacheLayer::with_store(CacheConfig::from(&config.defaults.cache), cache_store)
             .map_err(|e| e.prefixed("defaults.cache"))?;
-
         let default_registry = BreakerRegistry::new(config.defaults.breaker.clone())
             .map_err(|e| e.prefixed("defaults.breaker"))?;
-        let mut breakers =
-            BTreeMap::from([(DEFAULT_REGISTRY.to_owned(), default_registry.clone())]);
-
-        let build = |tool: &ToolConfig,
-                     path: &str,
-                     registry: BreakerRegistry|
-         -> Result<ToolLayers, ConfigError> {
-            let validate = match &tool.schema {
-                Some(schema) => Some(ValidateLayer::new(
-                    Schema::new(schema.clone())
-                        .map_err(|e| e.prefixed(&format!("{path}.schema")))?,
-                )),
-                None => None,
-            };
-            Ok(ToolLayers {
-                kind: tool.kind,
-                validate,
-                cache: cache
-                    .with_config(CacheConfig::from(&tool.cache))
-                    .map_err(|e| e.prefixed(&format!("{path}.cache")))?,
-                deadline: DeadlineLayer::from_config(&tool.timeout)
-                    .map_err(|e| e.prefixed(&format!("{path}.timeout")))?,
-                idempotency: IdempotencyLayer::with_store(
-                    tool.idempotency.clone(),
-                    idempotency_store.clone(),
-                )
-                .map_err(|e| e.prefixed(&format!("{path}.idempotency")))?,
-                retry: RetryLayer::from_config(&tool.retry)
-                    .map_err(|e| e.prefixed(&format!("{path}.retry")))?,
-                breaker: BreakerLayer::new(registry),
-                timeout: TimeoutLayer::from_config(&tool.timeout)
-                    .map_err(|e| e.prefixed(&format!("{path}.timeout")))?,
-            })
-        };
-
-        let defaults = build(&config.defaults, "defaults", default_registry.clone())?;
-        let mut tools = BTreeMap::new();
-        for (name, tool) in &config.tools {
-            let path = format!("tools.{name}");
-            // Tools on the default breaker settings share one registry (one admin view);
-            // a tool with its own settings gets its own.
-            let registry = if tool.breaker == config.defaults.breaker {
-                default_registry.clone()
-            } else {
-                let r = BreakerRegistry::new(tool.breaker.clone())
-                    .map_err(|e| e.prefixed(&format!("{path}.breaker")))?;
-                breakers.insert(name.clone(), r.clone());
-                r
-            };
-            tools.insert(name.clone(), build(tool, &path, registry)?);
-        }
-
-        // Metrics go to the process's global `metrics` recorder until `with_metrics`
-        // points them at an exporter; without a recorder they cost next to nothing.
-        let metrics = MetricsLayer::new(config.tools.keys().map(String::as_str))?;
-
-        Ok(Shield {
-            config: Arc::new(config),
-            defaults,
-            tools: Arc::new(tools),
-            breakers,
+        let kept = Kept {
             cache,
             idempotency_store,
-            metrics,
-            exporter: None,
+            breakers: RwLock::new(BTreeMap::from([(
+                DEFAULT_REGISTRY.to_owned(),
+                default_registry,
+            )])),
+            exporter: RwLock::new(None),
+            reload: Mutex::new(()),
+        };
+        // Metrics go to the process's global `metrics` recorder until `with_metrics`
+        // points them at an exporter; without a recorder they cost next to nothing.
+        let built = build_policies(&config, None, &kept, MetricsTarget::Global)?;
+        write(&kept.breakers).extend(built.new_registries);
+        Ok(Shield {
+            policies: Arc::new(PolicyCell::new(built.policies)),
+            kept: Arc::new(kept),
             provenance: ProvenanceLayer::new(),
         })
     }
 
     /// Records this shield's metrics into `exporter` (call and attempt metrics, and the
     /// state, transitions and rejections of every breaker registry), for `/metrics`.
-    pub fn with_metrics(mut self, exporter: &PrometheusExporter) -> Result<Self, ConfigError> {
-        self.metrics = MetricsLayer::build(
-            MetricsConfig::with_tools(self.config.tools.keys().map(String::as_str)),
+    ///
+    /// It applies to every clone of this shield and every service they wrapped, and to
+    /// the registries later reloads create.
+    pub fn with_metrics(self, exporter: &PrometheusExporter) -> Result<Self, ConfigError> {
+        let _one = self.kept.reload.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self.policies.load();
+        let metrics = MetricsLayer::build(
+            MetricsConfig::with_tools(current.config.tools.keys().map(String::as_str)),
             exporter.target(),
         )?;
         // The `key` label names the configured tools only, as the `tool` label does: a
         // key function (caller, host) or `server__*` names chosen by a model cannot grow
         // the series or put caller ids on an unauthenticated `/metrics`.
-        let known: Vec<String> = self.config.tools.keys().cloned().collect();
-        for registry in self.breakers.values() {
+        let known: Vec<String> = current.config.tools.keys().cloned().collect();
+        for registry in read(&self.kept.breakers).values() {
             exporter.add_collector(
                 BreakerMetrics::new(registry.clone(), exporter.target()).known_keys(known.clone()),
             );
         }
-        self.exporter = Some(exporter.clone());
+        *write(&self.kept.exporter) = Some(exporter.clone());
+        self.policies.publish(Policies {
+            generation: 0,
+            config: Arc::clone(&current.config),
+            defaults: current.defaults.clone(),
+            tools: current.tools.clone(),
+            metrics,
+        });
+        drop(_one);
         Ok(self)
     }
 
-    /// Uses `provenance` (sources per tool, digest on or off) instead of the default.
+    /// Uses `provenance` (sources per tool, digest on or off) instead of the default, for
+    /// the services this shield (not its earlier clones) wraps from now on.
     pub fn with_provenance(mut self, provenance: ProvenanceLayer) -> Self {
         self.provenance = provenance;
         self
     }
 
-    /// The configuration this shield was built from.
-    pub fn config(&self) -> &ShieldConfig {
-        &self.config
+    /// Replaces the settings of every tool at once with `config`, checked as a whole
+    /// first: on any problem nothing changes and every problem is returned.
+    ///
+    /// Calls that start after it returns (that reach `poll_ready` after it) run under the
+    /// new settings, in every service this shield or its clones wrapped, routers included;
+    /// calls in flight finish under the settings they started with. Kept across the
+    /// reload: the cache store and its entries, the single-flight table, the idempotency
+    /// store and its records, every breaker registry and the state of every breaker (a
+    /// tool keeps its registry; a registry keeps the thresholds it was created with, see
+    /// [`ReloadSummary::breaker_settings_kept`]), and the retry budget and idempotency
+    /// counters of a section whose settings of that layer did not change.
+    ///
+    /// See docs/reload.md.
+    pub fn reload(&self, config: ShieldConfig) -> Result<ReloadSummary, ConfigError> {
+        let _one = self.kept.reload.lock().unwrap_or_else(|e| e.into_inner());
+        config.validate()?;
+        let previous = self.policies.load();
+        let exporter = read(&self.kept.exporter).clone();
+        let target = exporter
+            .as_ref()
+            .map_or(MetricsTarget::Global, PrometheusExporter::target);
+        let built = build_policies(&config, Some(&previous), &self.kept, target)?;
+
+        let before = &previous.config;
+        let mut summary = ReloadSummary {
+            enabled: config.enabled,
+            added: (config.tools.keys())
+                .filter(|t| !before.tools.contains_key(*t))
+                .cloned()
+                .collect(),
+            removed: (before.tools.keys())
+                .filter(|t| !config.tools.contains_key(*t))
+                .cloned()
+                .collect(),
+            breaker_settings_kept: built.breaker_settings_kept,
+            new_registries: built.new_registries.keys().cloned().collect(),
+            ..ReloadSummary::default()
+        };
+        if before.defaults != config.defaults {
+            summary.changed.push("defaults".to_owned());
+        }
+        summary.changed.extend(
+            (config.tools.iter())
+                .filter(|(t, c)| before.tools.get(*t).is_some_and(|b| b != *c))
+                .map(|(t, _)| t.clone()),
+        );
+
+        if let Some(exporter) = &exporter {
+            for registry in built.new_registries.values() {
+                exporter.add_collector(
+                    BreakerMetrics::new(registry.clone(), exporter.target())
+                        .known_keys(config.tools.keys().cloned()),
+                );
+            }
+        }
+        write(&self.kept.breakers).extend(built.new_registries);
+        summary.generation = self.policies.publish(built.policies);
+        tracing::info!(
+            target: "toolshield::reload",
+            generation = summary.generation,
+            added = ?summary.added,
+            removed = ?summary.removed,
+            changed = ?summary.changed,
+            breaker_settings_kept = ?summary.breaker_settings_kept,
+            "configuration reloaded"
+        );
+        Ok(summary)
+    }
+
+    /// The number of the configuration in force: 1 when built, one more per reload (and
+    /// per [`with_metrics`](Self::with_metrics)).
+    pub fn generation(&self) -> u64 {
+        self.policies.generation()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<ShieldConfig> {
+        Arc::clone(&self.policies.load().config)
     }
 
     /// The breaker registries: [`DEFAULT_REGISTRY`] shared by every tool on the default
-    /// breaker settings, and one per tool with settings of its own.
-    pub fn breakers(&self) -> &BTreeMap<String, BreakerRegistry> {
-        &self.breakers
+    /// breaker settings, and one per tool with settings of its own (including those a
+    /// reload created).
+    pub fn breakers(&self) -> BTreeMap<String, BreakerRegistry> {
+        read(&self.kept.breakers).clone()
     }
 
     /// The breaker registry that holds `tool`'s breaker.
-    pub fn breaker_for(&self, tool: &str) -> &BreakerRegistry {
-        self.tools
-            .get(tool)
-            .unwrap_or(&self.defaults)
-            .breaker
-            .registry()
+    pub fn breaker_for(&self, tool: &str) -> BreakerRegistry {
+        self.policies.load().layers(tool).breaker.registry().clone()
     }
 
     /// Counters and invalidation of the result cache.
     pub fn cache(&self) -> CacheHandle {
-        self.cache.handle()
+        self.kept.cache.handle()
     }
 
     /// Counters and `forget` of `tool`'s idempotency records.
     pub fn idempotency(&self, tool: &str) -> IdempotencyHandle {
-        self.tools
-            .get(tool)
-            .unwrap_or(&self.defaults)
-            .idempotency
-            .handle()
+        self.policies.load().layers(tool).idempotency.handle()
     }
 
     /// The idempotency store every tool shares.
     pub fn idempotency_store(&self) -> &Arc<dyn IdempotencyStore> {
-        &self.idempotency_store
+        &self.kept.idempotency_store
     }
 
-    /// The tool names of the configuration (metrics label with these; others are `other`).
-    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
-        self.config.tools.keys().map(String::as_str)
+    /// The tool names of the configuration in force (metrics label with these; others
+    /// are `other`).
+    pub fn tool_names(&self) -> Vec<String> {
+        self.policies.load().config.tools.keys().cloned().collect()
     }
 
     /// Wraps `service`, the implementation of `tool`, in the default stack with `tool`'s
@@ -273,8 +530,8 @@ impl Shield {
     ///
     /// the layers in [the default order](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md).
     ///
-    /// With `enabled = false` (or `TOOLSHIELD_ENABLED=false`) the service is returned
-    /// unwrapped: a pass-through.
+    /// With `enabled = false` (or `TOOLSHIELD_ENABLED=false`) calls go to the service
+    /// unwrapped: a pass-through. The service follows [`reload`](Self::reload)s.
     pub fn wrap<S>(
         &self,
         tool: &str,
@@ -305,38 +562,16 @@ impl Shield {
     where
         S: ToolService,
     {
-        if !self.config.enabled {
-            return Either::Right(service);
-        }
-        if let (Some(exporter), Some(chain)) = (&self.exporter, &fallback) {
+        if let (Some(exporter), Some(chain)) = (read(&self.kept.exporter).as_ref(), &fallback) {
             exporter.add_collector(FallbackMetrics::new(tool, chain.stats(), exporter.target()));
         }
-        // The one lookup by name, when the stack is built; calls find their policy in it.
-        let l = self.tools.get(tool).unwrap_or(&self.defaults).clone();
-        let metrics = self.metrics.for_tool(tool);
-        let stack = ServiceBuilder::new()
-            .option_layer(l.kind.map(|kind| {
-                MapRequestLayer::new(move |mut req: ToolRequest| {
-                    req.apply_tool_kind(kind);
-                    req
-                })
-            }))
-            .layer(metrics.clone())
-            .layer(self.provenance.for_tool(tool))
-            .layer(CancelLayer::new())
-            .option_layer(l.deadline)
-            .option_layer(l.validate)
-            .layer(l.cache)
-            .layer(l.idempotency)
-            .option_layer(fallback)
-            .layer(l.retry)
-            .layer(metrics.attempt_layer())
-            // A caught panic is INTERNAL, which the breaker counts (it is never retried).
-            .layer(l.breaker.classifier(CountPanics::new()))
-            .layer(l.timeout)
-            .layer(catch_panic())
-            .service(service);
-        Either::Left(stack)
+        let tool: Arc<str> = Arc::from(tool);
+        let provenance = self.provenance.clone();
+        // The stack is built from the generation in force, and again (once) for each new
+        // generation; calls find their policy in the stack, never by name.
+        Reloading::new(Arc::clone(&self.policies), move |p: &Policies| {
+            tool_stack(p, &tool, &provenance, fallback.clone(), service.clone())
+        })
     }
 
     /// Starts a router whose tools are wrapped by this shield.
@@ -348,6 +583,51 @@ impl Shield {
             problems: Problems::new(),
         }
     }
+}
+
+/// One tool's stack from one generation of policies, in the default order.
+fn tool_stack<S: ToolService>(
+    p: &Policies,
+    tool: &str,
+    provenance: &ProvenanceLayer,
+    fallback: Option<FallbackLayer>,
+    service: S,
+) -> Either<
+    impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S,
+> {
+    if !p.config.enabled {
+        return Either::Right(service);
+    }
+    let l = p.layers(tool).clone();
+    let metrics = p.metrics.for_tool(tool);
+    let stack = ServiceBuilder::new()
+        .option_layer(l.kind.map(|kind| {
+            MapRequestLayer::new(move |mut req: ToolRequest| {
+                req.apply_tool_kind(kind);
+                req
+            })
+        }))
+        .layer(metrics.clone())
+        .layer(provenance.for_tool(tool))
+        .layer(CancelLayer::new())
+        .option_layer(l.deadline)
+        .option_layer(l.validate)
+        .layer(l.cache)
+        .layer(l.idempotency)
+        .option_layer(fallback)
+        .layer(l.retry)
+        .layer(metrics.attempt_layer())
+        // A caught panic is INTERNAL, which the breaker counts (it is never retried).
+        .layer(l.breaker.classifier(CountPanics::new()))
+        .layer(l.timeout)
+        .layer(catch_panic())
+        .service(service);
+    Either::Left(stack)
 }
 
 /// Catches a tool's panic: the caller gets `INTERNAL`, the text goes to the log.
