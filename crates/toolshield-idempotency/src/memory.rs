@@ -191,7 +191,9 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>> {
-        Box::pin(ready(Ok(self.entries.get(key, |rec, _| IdempotencyRecord::clone(rec)))))
+        Box::pin(ready(Ok(self
+            .entries
+            .get(key, |rec, _| IdempotencyRecord::clone(rec)))))
     }
 
     fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {

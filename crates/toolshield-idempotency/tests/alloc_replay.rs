@@ -21,9 +21,12 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 const MAX_EXTRA_PER_REPLAY: usize = 8;
 
 fn pay() -> ToolRequest {
-    ToolRequest::new("pay", json!({"amount": 42, "currency": "EUR", "to": "acct_123"}))
-        .kind(CallKind::Mutating)
-        .idempotency_key("order-7")
+    ToolRequest::new(
+        "pay",
+        json!({"amount": 42, "currency": "EUR", "to": "acct_123"}),
+    )
+    .kind(CallKind::Mutating)
+    .idempotency_key("order-7")
 }
 
 /// Allocations (and reallocations) per call of `n` calls, the least of three runs: the
