@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use toolshield_core::ToolError;
-use toolshield_store::{LayerState, StoreHandle};
+use toolshield_store::LayerState;
 
 use crate::flight::Flights;
 use crate::store::CacheStore;
@@ -37,29 +37,18 @@ pub(crate) struct Shared {
 
 impl LayerState for Shared {
     type Counts = CacheCounts;
-    const HANDLE: &'static str = "CacheHandle";
 
     fn counts(&self) -> CacheCounts {
         self.counters.snapshot()
     }
 }
 
-/// A handle on a cache layer: counters and invalidation. Cheap to clone.
-#[derive(Clone)]
-pub struct CacheHandle(pub(crate) StoreHandle<Shared>);
-
-impl std::fmt::Debug for CacheHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
+toolshield_store::store_handle! {
+    /// A handle on a cache layer: counters and invalidation. Cheap to clone.
+    pub struct CacheHandle(Shared) -> CacheCounts;
 }
 
 impl CacheHandle {
-    /// The counters now.
-    pub fn counts(&self) -> CacheCounts {
-        self.0.counts()
-    }
-
     /// Deletes the entry under a storage key (see [`storage_key`](crate::storage_key)).
     pub async fn invalidate(&self, key: &str) -> Result<bool, ToolError> {
         Ok(self.0.state().store.remove(key).await?)

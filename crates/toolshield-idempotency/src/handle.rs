@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use toolshield_store::{LayerState, StoreHandle};
+use toolshield_store::LayerState;
 
 use toolshield_core::{ToolError, ToolRequest};
 
@@ -45,29 +45,18 @@ pub(crate) struct Shared {
 
 impl LayerState for Shared {
     type Counts = IdempotencyCounts;
-    const HANDLE: &'static str = "IdempotencyHandle";
 
     fn counts(&self) -> IdempotencyCounts {
         self.counters.snapshot()
     }
 }
 
-/// A handle on a layer's state: counters, and records by hand. Cheap to clone.
-#[derive(Clone)]
-pub struct IdempotencyHandle(pub(crate) StoreHandle<Shared>);
-
-impl std::fmt::Debug for IdempotencyHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
+toolshield_store::store_handle! {
+    /// A handle on a layer's state: counters, and records by hand. Cheap to clone.
+    pub struct IdempotencyHandle(Shared) -> IdempotencyCounts;
 }
 
 impl IdempotencyHandle {
-    /// The counters now.
-    pub fn counts(&self) -> IdempotencyCounts {
-        self.0.counts()
-    }
-
     /// The storage key of the record the layer uses for `req` (given or derived key,
     /// scoped by caller as configured), or `None` when the layer would not dedupe it.
     pub fn key_for(&self, req: &ToolRequest) -> Result<Option<String>, ToolError> {

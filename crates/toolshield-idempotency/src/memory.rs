@@ -35,9 +35,7 @@ pub struct InMemoryIdempotencyStore {
 
 impl Default for InMemoryIdempotencyStore {
     fn default() -> Self {
-        InMemoryIdempotencyStore {
-            entries: TtlMap::new(Self::DEFAULT_BOUNDS),
-        }
+        Self::over(TtlMap::new(Self::DEFAULT_BOUNDS))
     }
 }
 
@@ -52,9 +50,11 @@ impl InMemoryIdempotencyStore {
 
     /// A store with `bounds`; invalid bounds are an error.
     pub fn with_config(bounds: &MemoryBounds) -> Result<Self, ConfigError> {
-        Ok(InMemoryIdempotencyStore {
-            entries: TtlMap::with_bounds(*bounds)?,
-        })
+        TtlMap::with_bounds(*bounds).map(Self::over)
+    }
+
+    fn over(entries: TtlMap<Arc<IdempotencyRecord>>) -> Self {
+        InMemoryIdempotencyStore { entries }
     }
 
     /// The entries: their count, weighted size, and `purge_expired`.

@@ -1,5 +1,6 @@
-//! [`StoreHandle`] and [`counters!`](crate::counters): the handle and the counters every
-//! store-backed layer (the cache, idempotency) shares the shape of.
+//! [`StoreHandle`], [`store_handle!`](crate::store_handle) and
+//! [`counters!`](crate::counters): the handle and the counters every store-backed layer
+//! (the cache, idempotency) shares.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,17 +11,14 @@ pub trait LayerState: Send + Sync + 'static {
     /// A snapshot of the layer's counters.
     type Counts: fmt::Debug + Copy;
 
-    /// The name the handle shows in `Debug` (`"CacheHandle"`).
-    const HANDLE: &'static str;
-
     /// The counters now.
     fn counts(&self) -> Self::Counts;
 }
 
 /// A handle on the state of a store-backed layer: what its layer, its services and the
 /// handle itself share behind one `Arc`. Cheap to clone; every clone sees the same
-/// counters. Each layer wraps it in its own handle type, which adds what only that layer
-/// does (invalidation, `forget`).
+/// counters. Each layer wraps it in its own handle type ([`store_handle!`](crate::store_handle)),
+/// which adds what only that layer does (invalidation, `forget`).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -45,14 +43,18 @@ pub trait LayerState: Send + Sync + 'static {
 ///
 /// impl LayerState for State {
 ///     type Counts = Counts;
-///     const HANDLE: &'static str = "MyHandle";
 ///     fn counts(&self) -> Counts {
 ///         self.counters.snapshot()
 ///     }
 /// }
 ///
+/// toolshield_store::store_handle! {
+///     /// The handle of my layer.
+///     pub struct MyHandle(State) -> Counts;
+/// }
+///
 /// let state = Arc::new(State::default());
-/// let handle = StoreHandle::new(Arc::clone(&state));
+/// let handle = MyHandle(StoreHandle::new(Arc::clone(&state)));
 /// state.counters.hits.bump();
 /// assert_eq!(handle.clone().counts().hits, 1);
 /// assert_eq!(handle.counts().misses, 0);
@@ -91,10 +93,40 @@ impl<T> Clone for StoreHandle<T> {
 
 impl<T: LayerState> fmt::Debug for StoreHandle<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(T::HANDLE)
+        f.debug_struct("StoreHandle")
             .field("counts", &self.counts())
             .finish_non_exhaustive()
     }
+}
+
+/// Declares a layer's handle type: a newtype over a [`StoreHandle`] of the layer's state
+/// (`Clone`, `Debug` showing the counts, and `counts()`), to which the layer adds its
+/// own methods. The state implements [`LayerState`]. See [`StoreHandle`] for an example.
+#[macro_export]
+macro_rules! store_handle {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $Handle:ident($State:ty) -> $Counts:ty;
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone)]
+        $vis struct $Handle(pub(crate) $crate::StoreHandle<$State>);
+
+        impl ::std::fmt::Debug for $Handle {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct(stringify!($Handle))
+                    .field("counts", &self.0.counts())
+                    .finish_non_exhaustive()
+            }
+        }
+
+        impl $Handle {
+            /// The counters now.
+            pub fn counts(&self) -> $Counts {
+                self.0.counts()
+            }
+        }
+    };
 }
 
 /// Declares a layer's event counters once: the shared cells (a struct of
