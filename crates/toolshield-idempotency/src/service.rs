@@ -674,12 +674,24 @@ mod tests {
     fn owner_tokens_are_unique_per_claim_and_share_the_process_prefix() {
         let tokens: Vec<String> = (0..1_000).map(|_| new_owner_token()).collect();
         let distinct: std::collections::HashSet<&String> = tokens.iter().collect();
-        assert_eq!(distinct.len(), tokens.len(), "every claim gets its own token");
+        assert_eq!(
+            distinct.len(),
+            tokens.len(),
+            "every claim gets its own token"
+        );
         for t in &tokens {
-            assert_eq!(t.len(), 48, "32 hex characters of prefix, 16 of counter: {t}");
+            assert_eq!(
+                t.len(),
+                48,
+                "32 hex characters of prefix, 16 of counter: {t}"
+            );
             assert!(t.bytes().all(|b| b.is_ascii_hexdigit()), "hex only: {t}");
             assert_eq!(t[..32], tokens[0][..32], "one random prefix per process");
         }
-        assert_ne!(&tokens[0][..32], "0".repeat(32), "the prefix is drawn at random");
+        assert_ne!(
+            &tokens[0][..32],
+            "0".repeat(32),
+            "the prefix is drawn at random"
+        );
     }
 }
