@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use toolshield_core::ConfigError;
+use toolshield_store::StoreHandle;
 use tower_layer::Layer;
 
 use crate::config::CacheConfig;
@@ -67,9 +68,7 @@ impl CacheLayer {
 
     /// The handle: counters and invalidation.
     pub fn handle(&self) -> CacheHandle {
-        CacheHandle {
-            shared: Arc::clone(&self.shared),
-        }
+        CacheHandle(StoreHandle::new(Arc::clone(&self.shared)))
     }
 
     /// The policy.

@@ -1,5 +1,6 @@
 //! Idempotency keys: given, scoped by caller, or derived.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
@@ -30,13 +31,16 @@ pub(crate) enum KeySource {
 }
 
 fn encode(tool: &str, caller: Option<&str>, source: KeySource, key: &str) -> String {
-    let mut k = String::with_capacity(2 + key.len());
+    // The shared encoding with an empty key, then `g:` or `d:` and the key: the same bytes
+    // as passing `g:<key>` as the key, without building that string first.
+    let mut k = toolshield_core::keys::storage_key("idemp", tool, caller, "");
+    k.reserve(2 + key.len());
     k.push_str(match source {
         KeySource::Given => "g:",
         KeySource::Derived => "d:",
     });
     k.push_str(key);
-    toolshield_core::keys::storage_key("idemp", tool, caller, &k)
+    k
 }
 
 /// The derived key: hex sha256 of tool, canonical payload digest, caller and
@@ -69,27 +73,30 @@ pub fn derive_key(req: &ToolRequest, window: Duration) -> Result<String, ToolErr
 /// so a caller cannot make records (and Redis keys) of any size.
 pub const MAX_KEY_LEN: usize = 255;
 
-/// How a request's key was resolved.
+/// How a request's key was resolved: borrowed from the request, except a derived key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ResolvedKey {
+pub(crate) struct ResolvedKey<'a> {
     /// The key itself: given by the caller, or derived.
-    pub(crate) key: String,
+    pub(crate) key: Cow<'a, str>,
     /// The caller it is scoped to (`None`: the namespace of calls without a caller, or
     /// scoping is off).
-    pub(crate) scope: Option<String>,
-    /// Whether it was derived (and so must be attached to the request).
-    pub(crate) derived: bool,
+    pub(crate) scope: Option<&'a str>,
 }
 
-impl ResolvedKey {
+impl ResolvedKey<'_> {
+    /// Whether it was derived (and so must be attached to the request).
+    pub(crate) fn derived(&self) -> bool {
+        matches!(self.key, Cow::Owned(_))
+    }
+
     /// The record's storage key for `tool`.
     pub(crate) fn storage_key(&self, tool: &str) -> String {
-        let source = if self.derived {
+        let source = if self.derived() {
             KeySource::Derived
         } else {
             KeySource::Given
         };
-        encode(tool, self.scope.as_deref(), source, &self.key)
+        encode(tool, self.scope, source, &self.key)
     }
 }
 
@@ -98,13 +105,11 @@ pub(crate) fn resolve(
     derive: bool,
     window: Duration,
     scope_by_caller: bool,
-) -> Result<Option<ResolvedKey>, ToolError> {
-    let scope = || {
-        if scope_by_caller {
-            req.meta().caller_id.as_deref().map(str::to_owned)
-        } else {
-            None
-        }
+) -> Result<Option<ResolvedKey<'_>>, ToolError> {
+    let scope = if scope_by_caller {
+        req.meta().caller_id.as_deref()
+    } else {
+        None
     };
     // A blank key is no key: it would make every keyless call of a tool one record.
     match req.get_idempotency_key().filter(|k| !k.trim().is_empty()) {
@@ -113,14 +118,12 @@ pub(crate) fn resolve(
             given.len()
         ))),
         Some(given) => Ok(Some(ResolvedKey {
-            key: given.to_owned(),
-            scope: scope(),
-            derived: false,
+            key: Cow::Borrowed(given),
+            scope,
         })),
         None if derive => Ok(Some(ResolvedKey {
-            key: derive_key(req, window)?,
-            scope: scope(),
-            derived: true,
+            key: Cow::Owned(derive_key(req, window)?),
+            scope,
         })),
         None => Ok(None),
     }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use toolshield_core::ConfigError;
+use toolshield_store::StoreHandle;
 use tower_layer::Layer;
 
 use crate::config::IdempotencyConfig;
@@ -52,9 +53,7 @@ impl IdempotencyLayer {
 
     /// The handle: counters, `record`, `forget`.
     pub fn handle(&self) -> IdempotencyHandle {
-        IdempotencyHandle {
-            shared: Arc::clone(&self.shared),
-        }
+        IdempotencyHandle(StoreHandle::new(Arc::clone(&self.shared)))
     }
 
     /// The configuration.

@@ -71,7 +71,7 @@ pub use layer::IdempotencyLayer;
 pub use memory::InMemoryIdempotencyStore;
 pub use service::Idempotency;
 pub use store::{
-    ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError, StoreFuture,
-    StoredError,
+    ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim, RecordStatus, StoreError,
+    StoreFuture, StoredError,
 };
 pub use toolshield_store::MemoryBounds;

@@ -1,21 +1,25 @@
 //! The bounded in-memory [`IdempotencyStore`], on the shared [`TtlMap`].
 
 use std::future::ready;
+use std::sync::Arc;
 use std::time::Duration;
 
 use toolshield_core::config::ConfigError;
 use toolshield_core::size::serialized_len;
 use toolshield_store::{MemoryBounds, StoreError, TtlMap, Write};
 
-use crate::store::{ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreFuture};
+use crate::store::{
+    ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim, RecordStatus, StoreFuture,
+};
 
 /// An [`IdempotencyStore`] in the memory of one process: a [`TtlMap`] of records.
 ///
 /// Bounded by entries and by bytes ([`MemoryBounds`]; each record weighs its key plus its
 /// JSON size), with a per-record TTL checked on every access against tokio's clock, and
 /// atomic per key (every owner-checked operation is one [`TtlMap::update`] under the
-/// shard's lock), so it is safe under any concurrency. A replay (a claim that finds a live
-/// record) takes only the shard's shared lock. Eviction is CLOCK (second chance): under
+/// shard's lock), so it is safe under any concurrency. Records are kept behind an `Arc`:
+/// a replay (a claim that finds a live record) takes only the shard's shared lock, copies
+/// a pointer, and builds no PENDING record ([`IdempotencyStore::claim_pending`]). Eviction is CLOCK (second chance): under
 /// pressure, records not read since the hand last passed go first, and a new claim is
 /// always admitted. Dedupe is exact only while the bounds hold every live record: size it
 /// for the records kept over the record TTL (default 24 h).
@@ -26,14 +30,12 @@ use crate::store::{ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStat
 /// Clones share the same records.
 #[derive(Clone, Debug)]
 pub struct InMemoryIdempotencyStore {
-    entries: TtlMap<IdempotencyRecord>,
+    entries: TtlMap<Arc<IdempotencyRecord>>,
 }
 
 impl Default for InMemoryIdempotencyStore {
     fn default() -> Self {
-        InMemoryIdempotencyStore {
-            entries: TtlMap::new(Self::DEFAULT_BOUNDS),
-        }
+        Self::over(TtlMap::new(Self::DEFAULT_BOUNDS))
     }
 }
 
@@ -48,13 +50,15 @@ impl InMemoryIdempotencyStore {
 
     /// A store with `bounds`; invalid bounds are an error.
     pub fn with_config(bounds: &MemoryBounds) -> Result<Self, ConfigError> {
-        Ok(InMemoryIdempotencyStore {
-            entries: TtlMap::with_bounds(*bounds)?,
-        })
+        TtlMap::with_bounds(*bounds).map(Self::over)
+    }
+
+    fn over(entries: TtlMap<Arc<IdempotencyRecord>>) -> Self {
+        InMemoryIdempotencyStore { entries }
     }
 
     /// The entries: their count, weighted size, and `purge_expired`.
-    pub fn entries(&self) -> &TtlMap<IdempotencyRecord> {
+    pub fn entries(&self) -> &TtlMap<Arc<IdempotencyRecord>> {
         &self.entries
     }
 
@@ -64,7 +68,7 @@ impl InMemoryIdempotencyStore {
         key: &str,
         record: IdempotencyRecord,
         ttl: Duration,
-    ) -> Result<Write<IdempotencyRecord>, StoreError> {
+    ) -> Result<Write<Arc<IdempotencyRecord>>, StoreError> {
         let weight = key.len().saturating_add(serialized_len(&record)) as u64;
         if weight > self.entries.max_weight() {
             return Err(StoreError::new(format!(
@@ -79,7 +83,7 @@ impl InMemoryIdempotencyStore {
             Duration::ZERO
         };
         Ok(Write::Put {
-            value: record,
+            value: Arc::new(record),
             weight,
             ttl,
             linger,
@@ -89,16 +93,16 @@ impl InMemoryIdempotencyStore {
     fn claim_now(
         &self,
         key: &str,
-        record: IdempotencyRecord,
+        record: impl FnOnce() -> IdempotencyRecord,
         lease: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
-        // A replay answers under the shard's shared lock.
-        if let Some(existing) = self.entries.get(key, |rec, _| rec.clone()) {
+        // A replay answers under the shard's shared lock, and builds nothing.
+        if let Some(existing) = self.entries.get(key, |rec, _| Arc::clone(rec)) {
             return Ok(ClaimOutcome::Existing(existing));
         }
-        let put = self.put(key, record, lease)?;
+        let put = self.put(key, record(), lease)?;
         Ok(self.entries.update(key, |found| match found {
-            Some(f) if f.live => (Write::Keep, ClaimOutcome::Existing(f.value.clone())),
+            Some(f) if f.live => (Write::Keep, ClaimOutcome::Existing(Arc::clone(f.value))),
             // An expired claim that was never finished nor released.
             Some(f) if f.value.status == RecordStatus::Pending => (put, ClaimOutcome::TakenOver),
             _ => (put, ClaimOutcome::Claimed),
@@ -106,7 +110,7 @@ impl InMemoryIdempotencyStore {
     }
 
     /// The owner check, then `write`: the record is live, PENDING and owned by `owner`.
-    fn fenced(&self, key: &str, owner: &str, write: Write<IdempotencyRecord>) -> bool {
+    fn fenced(&self, key: &str, owner: &str, write: Write<Arc<IdempotencyRecord>>) -> bool {
         self.entries.update(key, |found| match found {
             Some(f) if f.live && f.value.is_owned_by(owner) => (write, true),
             _ => (Write::Keep, false),
@@ -131,7 +135,7 @@ impl InMemoryIdempotencyStore {
         let mut too_large = None;
         let renewed = self.entries.update(key, |found| match found {
             Some(f) if f.live && f.value.is_owned_by(owner) => {
-                let record = f.value.clone().with_lease(lease);
+                let record = IdempotencyRecord::clone(f.value).with_lease(lease);
                 match self.put(key, record, lease) {
                     Ok(put) => (put, true),
                     Err(e) => {
@@ -156,7 +160,16 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         record: IdempotencyRecord,
         lease: Duration,
     ) -> StoreFuture<'a, ClaimOutcome> {
-        Box::pin(ready(self.claim_now(key, record, lease)))
+        Box::pin(ready(self.claim_now(key, || record, lease)))
+    }
+
+    fn claim_pending<'a>(
+        &'a self,
+        key: &'a str,
+        claim: PendingClaim<'a>,
+        lease: Duration,
+    ) -> StoreFuture<'a, ClaimOutcome> {
+        Box::pin(ready(self.claim_now(key, || claim.record(lease), lease)))
     }
 
     fn finish<'a>(
@@ -178,7 +191,9 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>> {
-        Box::pin(ready(Ok(self.entries.get(key, |rec, _| rec.clone()))))
+        Box::pin(ready(Ok(self
+            .entries
+            .get(key, |rec, _| IdempotencyRecord::clone(rec)))))
     }
 
     fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {

@@ -1,6 +1,8 @@
 //! [`Idempotency`]: the service and the claim / call / record lifecycle.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -13,9 +15,9 @@ use tower_service::Service;
 use crate::config::{OnPending, OnStoreError};
 use crate::future::ResponseFuture;
 use crate::handle::Shared;
-use crate::key::{resolve, ResolvedKey};
+use crate::key::resolve;
 use crate::layer::IdempotencyLayer;
-use crate::store::{ClaimOutcome, IdempotencyRecord, RecordStatus, StoreFuture};
+use crate::store::{ClaimOutcome, IdempotencyRecord, PendingClaim, RecordStatus, StoreFuture};
 
 /// The idempotency service: see [`IdempotencyLayer`]. A [`StoreService`] whose
 /// [`StorePath`] is the layer's.
@@ -34,14 +36,23 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
             return ResponseFuture::passthrough(inner.call(req));
         }
         let c = &self.shared.config;
-        let key = match resolve(&req, c.derive_keys, c.key_window, c.scope_keys_by_caller) {
-            Ok(Some(key)) => key,
-            Ok(None) => return ResponseFuture::passthrough(inner.call(req)),
-            Err(e) => return ResponseFuture::ready(Err(e)),
-        };
+        // The storage key, and the derived key to attach to the request (if derived).
+        let (skey, derived) =
+            match resolve(&req, c.derive_keys, c.key_window, c.scope_keys_by_caller) {
+                Ok(Some(key)) => {
+                    let skey = key.storage_key(req.tool());
+                    match key.key {
+                        Cow::Owned(derived) => (skey, Some(derived)),
+                        Cow::Borrowed(_) => (skey, None),
+                    }
+                }
+                Ok(None) => return ResponseFuture::passthrough(inner.call(req)),
+                Err(e) => return ResponseFuture::ready(Err(e)),
+            };
         // The ready service goes into the future; the service keeps an unready clone.
         let svc = take_ready(inner);
-        ResponseFuture::boxed(Box::pin(run(Arc::clone(&self.shared), svc, req, key)))
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::boxed(Box::pin(run(shared, svc, req, skey, derived)))
     }
 }
 
@@ -70,9 +81,22 @@ fn outcome_unknown_after(kind: ErrorKind) -> bool {
     )
 }
 
-/// A new owner token: 122 random bits (UUID v4 from a CSPRNG), unique to one claim.
+/// A new owner token, unique to one claim: the process's prefix (122 random bits, a UUID
+/// v4 drawn once from the OS's CSPRNG, so two processes sharing a store never mint the
+/// same token) and the number of the claim in this process (a 64-bit counter, which does
+/// not wrap in practice). 48 hex characters; one allocation, no system call.
 fn new_owner_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string());
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut token = String::with_capacity(prefix.len() + 16);
+    token.push_str(prefix);
+    for shift in (0..16).rev() {
+        let digit = ((n >> (shift * 4)) & 0xf) as u32;
+        token.push(char::from_digit(digit, 16).unwrap_or('0'));
+    }
+    token
 }
 
 /// What the claim guard does if the call is dropped before its record is written.
@@ -280,7 +304,8 @@ async fn run<S>(
     shared: Arc<Shared>,
     mut svc: S,
     mut req: ToolRequest,
-    key: ResolvedKey,
+    skey: String,
+    derived: Option<String>,
 ) -> Result<ToolResponse, ToolError>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
@@ -289,15 +314,11 @@ where
     let cfg = &shared.config;
     let counters = &shared.counters;
     let payload_hash: Digest = req.payload_digest()?;
-    if key.derived {
-        req.set_idempotency_key(Some(key.key.as_str().into()));
+    if let Some(derived) = derived {
+        req.set_idempotency_key(Some(derived.into()));
     }
     let tool: Arc<str> = Arc::clone(req.tool_arc());
-    let skey = key.storage_key(&tool);
     let execution_id = req.execution_id();
-    // The fencing token of this claim: never the request's execution id, which every
-    // clone of the request shares.
-    let owner = new_owner_token();
     // Set when the first claim is sent: a replay reads the clock once.
     let mut wait_until: Option<Instant> = None;
     let mut waited = false;
@@ -305,22 +326,32 @@ where
     // `poll_interval` up to `max_poll_interval`): prompt for short calls, light on the
     // store for long ones.
     let mut interval = cfg.poll_interval;
+    // The guard holds the storage key and the fencing token of this claim (never the
+    // request's execution id, which every clone of the request shares); the rest of the
+    // call borrows them from it.
     let mut guard = ClaimGuard {
         shared: Arc::clone(&shared),
-        key: skey.clone(),
-        owner: owner.clone(),
+        key: skey,
+        owner: new_owner_token(),
         on_drop: OnDrop::Nothing,
     };
 
     // ----- claim, replay, wait -----
     let lease = loop {
-        let pending = IdempotencyRecord::pending(payload_hash, owner.clone(), cfg.lease);
         let sent = Instant::now();
         let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent, cfg.wait_timeout));
         // While the claim is in flight, a drop (or a failure: a claim that timed out may
         // still land) releases it by our token.
         guard.on_drop = OnDrop::Release;
-        let claimed = shared.store.claim(&skey, pending, cfg.lease).await;
+        // The store builds the PENDING record only if the key is free: a replay builds none.
+        let pending = PendingClaim {
+            payload_hash,
+            owner: &guard.owner,
+        };
+        let claimed = shared
+            .store
+            .claim_pending(&guard.key, pending, cfg.lease)
+            .await;
         if claimed.is_ok() {
             guard.on_drop = OnDrop::Nothing;
         }
@@ -357,7 +388,7 @@ where
                 match rec.status {
                     RecordStatus::Completed => {
                         counters.replays.bump();
-                        let Some(mut resp) = rec.result else {
+                        let Some(mut resp) = rec.result.clone() else {
                             return Err(ToolError::internal(
                                 "completed idempotency record without a result",
                             ));
@@ -367,7 +398,7 @@ where
                     }
                     RecordStatus::Failed => {
                         counters.replays.bump();
-                        return Err(match rec.error {
+                        return Err(match &rec.error {
                             Some(e) => e.to_error(),
                             None => {
                                 ToolError::internal("failed idempotency record without an error")
@@ -404,8 +435,6 @@ where
     // replay moves and frees a small one.
     let owned = Claimed {
         tool,
-        skey,
-        owner,
         payload_hash,
         execution_id,
         lease,
@@ -417,8 +446,6 @@ where
 /// A claim this call owns: what the call-and-record phase needs.
 struct Claimed {
     tool: Arc<str>,
-    skey: String,
-    owner: String,
     payload_hash: Digest,
     execution_id: uuid::Uuid,
     lease: Lease,
@@ -440,13 +467,14 @@ where
     let counters = &shared.counters;
     let Claimed {
         tool,
-        skey,
-        owner,
         payload_hash,
         execution_id,
         mut lease,
         mut guard,
     } = c;
+    // Owned copies: the guard is updated while they are in use (a first execution only).
+    let skey = guard.key.clone();
+    let owner = guard.owner.clone();
     // ----- we own the key: call, renewing the lease -----
     let mutating = req.call_kind() == CallKind::Mutating;
     guard.on_drop = OnDrop::Release;
@@ -636,4 +664,34 @@ fn outcome_unknown(tool: &str, what: &str) -> ToolError {
         ErrorKind::OutcomeUnknown,
         format!("call of `{tool}` {what}; its outcome is unknown and its idempotency record is kept for reconciliation"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_owner_token;
+
+    #[test]
+    fn owner_tokens_are_unique_per_claim_and_share_the_process_prefix() {
+        let tokens: Vec<String> = (0..1_000).map(|_| new_owner_token()).collect();
+        let distinct: std::collections::HashSet<&String> = tokens.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            tokens.len(),
+            "every claim gets its own token"
+        );
+        for t in &tokens {
+            assert_eq!(
+                t.len(),
+                48,
+                "32 hex characters of prefix, 16 of counter: {t}"
+            );
+            assert!(t.bytes().all(|b| b.is_ascii_hexdigit()), "hex only: {t}");
+            assert_eq!(t[..32], tokens[0][..32], "one random prefix per process");
+        }
+        assert_ne!(
+            &tokens[0][..32],
+            "0".repeat(32),
+            "the prefix is drawn at random"
+        );
+    }
 }

@@ -23,6 +23,7 @@
 //! `lease_until` and `expires_at` inside the record are informational (reconciliation,
 //! admin views); no decision is made on them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -101,8 +102,9 @@ pub struct IdempotencyRecord {
     /// The error of a FAILED call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<StoredError>,
-    /// The owner token of the claim (the fencing token): unique to each claim, random and
-    /// unguessable, so two clones of one request never own the same claim.
+    /// The owner token of the claim (the fencing token): unique to each claim (a random
+    /// per-process prefix and a counter), so two clones of one request never own the same
+    /// claim.
     pub owner: String,
     /// When the lease of a PENDING record ends (wall clock, informational).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -203,8 +205,37 @@ pub enum ClaimOutcome {
     /// [`Claimed`](Self::Claimed).
     TakenOver,
     /// The key is held: the record that is there (PENDING with a live lease, COMPLETED or
-    /// FAILED). Nothing was written.
-    Existing(IdempotencyRecord),
+    /// FAILED). Nothing was written. Shared: an in-memory store hands out the record it
+    /// holds, so a replay copies a pointer rather than the record.
+    Existing(Arc<IdempotencyRecord>),
+}
+
+/// The parts of a PENDING record, for [`IdempotencyStore::claim_pending`]: the store
+/// builds the record ([`record`](Self::record)) only when it writes it, so a claim that
+/// finds the key held (a replay) builds nothing.
+///
+/// ```
+/// use std::time::Duration;
+/// use toolshield_core::Digest;
+/// use toolshield_idempotency::{PendingClaim, RecordStatus};
+///
+/// let claim = PendingClaim { payload_hash: Digest::of_bytes(b"{}"), owner: "owner-1" };
+/// let rec = claim.record(Duration::from_secs(30));
+/// assert_eq!((rec.status, rec.owner.as_str()), (RecordStatus::Pending, "owner-1"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingClaim<'a> {
+    /// SHA-256 of the canonical payload.
+    pub payload_hash: Digest,
+    /// The owner token of the claim.
+    pub owner: &'a str,
+}
+
+impl PendingClaim<'_> {
+    /// The PENDING record, with a lease of `lease` from now.
+    pub fn record(&self, lease: Duration) -> IdempotencyRecord {
+        IdempotencyRecord::pending(self.payload_hash, self.owner, lease)
+    }
 }
 
 /// Where idempotency records live.
@@ -224,6 +255,19 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         record: IdempotencyRecord,
         lease: Duration,
     ) -> StoreFuture<'a, ClaimOutcome>;
+
+    /// [`claim`](Self::claim) with the PENDING record given by its parts: the record is
+    /// built only if it is written. The layer claims through this method; the default
+    /// builds the record and calls `claim` (a store that sends the record anyway, Redis,
+    /// keeps it), an in-memory store overrides it so a replay builds nothing.
+    fn claim_pending<'a>(
+        &'a self,
+        key: &'a str,
+        claim: PendingClaim<'a>,
+        lease: Duration,
+    ) -> StoreFuture<'a, ClaimOutcome> {
+        self.claim(key, claim.record(lease), lease)
+    }
 
     /// Replaces the PENDING record owned by `owner` with `record`, COMPLETED or FAILED (its
     /// status says which), kept for `ttl`. `Ok(false)` when the owner check fails (nothing

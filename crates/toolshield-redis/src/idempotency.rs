@@ -1,5 +1,6 @@
 //! [`RedisIdempotencyStore`]: idempotency records in Redis, exactly-once across processes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -195,7 +196,7 @@ impl RedisIdempotencyStore {
                 if there.owner == record.owner && there.status == RecordStatus::Pending {
                     return Ok(ClaimOutcome::Claimed);
                 }
-                Ok(ClaimOutcome::Existing(there))
+                Ok(ClaimOutcome::Existing(Arc::new(there)))
             }
             (_, None) => Err(Error::new("claim script returned no record")),
         }

@@ -4,6 +4,7 @@ mod bounds;
 mod counter;
 mod error;
 mod future;
+mod handle;
 mod map;
 mod service;
 
@@ -11,5 +12,6 @@ pub use bounds::MemoryBounds;
 pub use counter::Counter;
 pub use error::{StoreError, StoreFuture};
 pub use future::{BoxedPath, LayerFuture};
+pub use handle::{LayerState, StoreHandle};
 pub use map::{Found, TtlMap, Write};
 pub use service::{take_ready, StorePath, StoreService};
