@@ -13,3 +13,5 @@ pub use key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
 pub use layer::{ConfiguredKey, RateLimitLayer, RateLimitSnapshot, RateLimitStats};
 pub use service::RateLimiter;
 pub use store::{MemoryRateLimitStore, RateLimitStore};
+/// What a [`RateLimitStore`] operation returns (from `toolshield-store`, shared by every store).
+pub use toolshield_store::{StoreError, StoreFuture};
