@@ -75,7 +75,7 @@ fn push_escaped(out: &mut String, part: &str) {
 
 /// Microseconds, rounded up (an interval never shrinks, so the rate never grows).
 fn micros_up(d: Duration) -> u64 {
-    let us = d.as_micros() + u128::from(d.subsec_nanos() % 1000 != 0);
+    let us = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1000));
     u64::try_from(us).unwrap_or(u64::MAX)
 }
 
