@@ -66,6 +66,7 @@ mod config;
 mod connection;
 mod error;
 mod idempotency;
+mod ratelimit;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -75,3 +76,4 @@ pub use config::RedisConfig;
 pub use connection::{ConnectError, RedisConnection};
 pub use error::Error;
 pub use idempotency::RedisIdempotencyStore;
+pub use ratelimit::RedisRateLimitStore;

@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod future;
+mod gate;
+mod key;
+mod layer;
+mod service;
+
+pub use config::{BulkheadConfig, BulkheadKey, MAX_CONCURRENT, MAX_QUEUE};
+pub use future::ResponseFuture;
+pub use key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
+pub use layer::{BulkheadLayer, BulkheadSnapshot, BulkheadStats, ConfiguredKey, Whole};
+pub use service::Bulkhead;

@@ -1,0 +1,17 @@
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod gcra;
+mod key;
+mod layer;
+mod service;
+mod store;
+
+pub use config::{OnLimit, OnStoreError, RateKey, RateLimitConfig};
+pub use gcra::{Decision, RateLimit};
+pub use key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
+pub use layer::{ConfiguredKey, RateLimitLayer, RateLimitSnapshot, RateLimitStats};
+pub use service::RateLimiter;
+pub use store::{MemoryRateLimitStore, RateLimitStore};
+/// What a [`RateLimitStore`] operation returns (from `toolshield-store`, shared by every store).
+pub use toolshield_store::{StoreError, StoreFuture};

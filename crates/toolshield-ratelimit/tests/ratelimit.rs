@@ -1,0 +1,350 @@
+//! Rate limiter behaviour with a paused clock: burst then steady rate, the exact
+//! retry-after, waiting within `max_wait` and the deadline, per-key buckets and their
+//! bound, a cancelled waiter giving its turn back, store failures.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+use toolshield_contract::ShieldRequest;
+use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_ratelimit::{
+    key_fn, ByCaller, Decision, MemoryRateLimitStore, OnStoreError, RateLimit, RateLimitConfig,
+    RateLimitLayer, RateLimitStore,
+};
+use toolshield_store::{StoreError, StoreFuture};
+use tower::util::BoxCloneService;
+use tower::{service_fn, Layer, ServiceExt};
+
+type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
+
+/// A tool that records when each call started (by its `n`).
+fn recording(starts: Arc<Mutex<Vec<(u64, Instant)>>>) -> Svc {
+    BoxCloneService::new(service_fn(move |req: ToolRequest| {
+        let starts = Arc::clone(&starts);
+        async move {
+            let n = req.payload().get("n").and_then(|v| v.as_u64()).unwrap_or(0);
+            starts.lock().unwrap().push((n, Instant::now()));
+            Ok::<_, ToolError>(ToolResponse::new(json!(n)))
+        }
+    }))
+}
+
+fn tool() -> Svc {
+    recording(Arc::new(Mutex::new(Vec::new())))
+}
+
+fn req() -> ToolRequest {
+    ToolRequest::new("search", json!({}))
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_then_the_steady_rate_with_the_exact_retry_after() {
+    let layer = RateLimitLayer::new(RateLimit::new(10, Duration::from_secs(1), 3));
+    let stats = layer.stats();
+    let svc = layer.layer(tool());
+    for _ in 0..3 {
+        assert!(svc.clone().oneshot(req()).await.is_ok());
+    }
+    let err = svc.clone().oneshot(req()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited);
+    assert_eq!(err.retry_after(), Some(ms(100)));
+    assert!(err.message().contains("`search`"), "{}", err.message());
+    tokio::time::advance(ms(30)).await;
+    assert_eq!(
+        svc.clone().oneshot(req()).await.unwrap_err().retry_after(),
+        Some(ms(70))
+    );
+    tokio::time::advance(ms(70)).await;
+    // Steady: one call per 100 ms.
+    for _ in 0..5 {
+        assert!(svc.clone().oneshot(req()).await.is_ok());
+        assert_eq!(
+            svc.clone().oneshot(req()).await.unwrap_err().retry_after(),
+            Some(ms(100))
+        );
+        tokio::time::advance(ms(100)).await;
+    }
+    // Idle for the whole burst: the burst is back, and no more.
+    tokio::time::advance(ms(300)).await;
+    for _ in 0..3 {
+        assert!(svc.clone().oneshot(req()).await.is_ok());
+    }
+    assert!(svc.clone().oneshot(req()).await.is_err());
+    let s = stats.snapshot();
+    assert_eq!(
+        (s.admitted, s.rejected, s.waited),
+        (3 + 5 + 3, 2 + 5 + 1, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_mode_waits_its_turn_within_max_wait_and_rejects_beyond() {
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(1), 1))
+        .wait_up_to(Duration::from_secs(2));
+    let stats = layer.stats();
+    let svc = layer.layer(recording(Arc::clone(&starts)));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for n in 0..3u64 {
+        tasks.push(tokio::spawn(
+            svc.clone()
+                .oneshot(ToolRequest::new("search", json!({"n": n}))),
+        ));
+    }
+    settle().await;
+    // The fourth would wait 3 s: rejected at once with that wait.
+    let err = svc.clone().oneshot(req()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+    for t in tasks {
+        assert!(t.await.unwrap().is_ok());
+    }
+    let mut got: Vec<_> = starts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, t)| (*n, *t - t0))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (0, Duration::ZERO),
+            (1, Duration::from_secs(1)),
+            (2, Duration::from_secs(2))
+        ]
+    );
+    let s = stats.snapshot();
+    assert_eq!((s.admitted, s.waited, s.rejected), (3, 2, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_mode_never_waits_past_the_call_deadline() {
+    let svc = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(1), 1))
+        .wait_up_to(Duration::from_secs(10))
+        .layer(tool());
+    assert!(svc.clone().oneshot(req()).await.is_ok());
+    let mut short = req();
+    if let Some(s) = short.call_state_mut() {
+        s.set_deadline(Instant::now() + ms(500));
+    }
+    let t0 = Instant::now();
+    let err = svc.clone().oneshot(short).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+    // A deadline with room for the wait: it waits.
+    let mut long = req();
+    if let Some(s) = long.call_state_mut() {
+        s.set_deadline(Instant::now() + ms(1500));
+    }
+    assert!(svc.oneshot(long).await.is_ok());
+    assert_eq!(t0.elapsed(), Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_cancelled_gives_its_turn_back() {
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(1), 1))
+        .wait_up_to(Duration::from_secs(5));
+    let stats = layer.stats();
+    let svc = layer.layer(recording(Arc::clone(&starts)));
+    let t0 = Instant::now();
+    assert!(svc.clone().oneshot(req()).await.is_ok());
+    let waiter = tokio::spawn(
+        svc.clone()
+            .oneshot(ToolRequest::new("search", json!({"n": 1}))),
+    );
+    settle().await;
+    tokio::time::advance(ms(400)).await;
+    waiter.abort();
+    settle().await;
+    // Without the refund this call would wait until 2 s.
+    assert!(svc
+        .clone()
+        .oneshot(ToolRequest::new("search", json!({"n": 2})))
+        .await
+        .is_ok());
+    assert_eq!(t0.elapsed(), Duration::from_secs(1));
+    let ran: Vec<u64> = starts.lock().unwrap().iter().map(|(n, _)| *n).collect();
+    assert_eq!(ran, vec![0, 2]);
+    assert_eq!(stats.snapshot().waited, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_caller_has_its_own_bucket_and_anonymous_calls_share_one() {
+    let svc = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(60), 1))
+        .keyed(ByCaller)
+        .layer(tool());
+    assert!(svc.clone().oneshot(req().caller("alice")).await.is_ok());
+    assert!(svc.clone().oneshot(req().caller("alice")).await.is_err());
+    assert!(svc.clone().oneshot(req().caller("bob")).await.is_ok());
+    // An empty caller id is a caller of its own, not the anonymous bucket.
+    assert!(svc.clone().oneshot(req().caller("")).await.is_ok());
+    assert!(svc.clone().oneshot(req()).await.is_ok());
+    assert!(svc.clone().oneshot(req()).await.is_err());
+    assert!(svc.clone().oneshot(req().caller("bob")).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_hostile_keys_stay_within_the_key_bound() {
+    let store = Arc::new(MemoryRateLimitStore::new(100));
+    let svc = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(3600), 1))
+        .with_store(store.clone())
+        .keyed(ByCaller)
+        .layer(tool());
+    for i in 0..10_000 {
+        let r = req().caller(format!("attacker-{i}"));
+        assert!(svc.clone().oneshot(r).await.is_ok());
+        assert!(store.len() <= 100, "{} keys held", store.len());
+    }
+    // A key far too long to store is still limited (in the overflow bucket).
+    let long = "x".repeat(1 << 20);
+    assert!(svc
+        .clone()
+        .oneshot(req().caller(long.clone()))
+        .await
+        .is_ok());
+    assert!(svc.clone().oneshot(req().caller(long)).await.is_err());
+    assert!(store.len() <= 100);
+}
+
+/// A store that fails every operation.
+struct Down;
+
+impl RateLimitStore for Down {
+    fn acquire<'a>(
+        &'a self,
+        _key: Option<&'a str>,
+        _limit: &'a RateLimit,
+        _max_wait: Duration,
+    ) -> StoreFuture<'a, Decision> {
+        Box::pin(async { Err(StoreError::new("connection refused")) })
+    }
+
+    fn refund(&self, _key: Option<&str>, _limit: &RateLimit) {}
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_store_fails_open_or_closed_as_configured() {
+    let limit = RateLimit::new(1, Duration::from_secs(60), 1);
+    let open = RateLimitLayer::new(limit).with_store(Arc::new(Down));
+    let open_stats = open.stats();
+    let svc = open.layer(tool());
+    for _ in 0..3 {
+        assert!(svc.clone().oneshot(req()).await.is_ok());
+    }
+    let s = open_stats.snapshot();
+    assert_eq!((s.store_errors, s.admitted), (3, 3));
+
+    let closed = RateLimitLayer::new(limit)
+        .with_store(Arc::new(Down))
+        .on_store_error(OnStoreError::Reject);
+    let closed_stats = closed.stats();
+    let err = closed.layer(tool()).oneshot(req()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable);
+    assert_eq!(closed_stats.snapshot().store_errors, 1);
+}
+
+/// The memory store behind the remote path (no `acquire_now`).
+struct Remote(MemoryRateLimitStore);
+
+impl RateLimitStore for Remote {
+    fn acquire<'a>(
+        &'a self,
+        key: Option<&'a str>,
+        limit: &'a RateLimit,
+        max_wait: Duration,
+    ) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.0.acquire(key, limit, max_wait).await
+        })
+    }
+
+    fn refund(&self, key: Option<&str>, limit: &RateLimit) {
+        self.0.refund(key, limit);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_remote_store_gives_the_same_decisions() {
+    let svc = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(1), 1))
+        .with_store(Arc::new(Remote(MemoryRateLimitStore::default())))
+        .wait_up_to(Duration::from_secs(1))
+        .layer(tool());
+    let t0 = Instant::now();
+    assert!(svc.clone().oneshot(req()).await.is_ok());
+    assert!(svc.clone().oneshot(req()).await.is_ok());
+    assert_eq!(t0.elapsed(), Duration::from_secs(1));
+    let a = tokio::spawn(svc.clone().oneshot(req()));
+    settle().await;
+    let err = svc.clone().oneshot(req()).await.unwrap_err();
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(2)));
+    assert!(a.await.unwrap().is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_function_picks_the_bucket() {
+    let svc = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(60), 1))
+        .keyed(key_fn(|r: &ToolRequest| {
+            r.payload()
+                .get("tenant")
+                .and_then(|t| t.as_str())
+                .map(Cow::Borrowed)
+        }))
+        .layer(tool());
+    let t = |name: &str| ToolRequest::new("search", json!({"tenant": name}));
+    assert!(svc.clone().oneshot(t("a")).await.is_ok());
+    assert!(svc.clone().oneshot(t("a")).await.is_err());
+    assert!(svc.clone().oneshot(t("b")).await.is_ok());
+}
+
+#[test]
+fn config_lists_every_problem() {
+    let cfg: RateLimitConfig = serde_json::from_str(
+        r#"{"rate": 0, "period": "0s", "burst": 0, "on_limit": "wait", "max_wait": "0s", "max_keys": 0}"#,
+    )
+    .unwrap();
+    let err = cfg.validate().unwrap_err();
+    let fields: Vec<_> = err.problems().iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(fields, ["rate", "period", "burst", "max_wait", "max_keys"]);
+    assert!(RateLimitLayer::from_config(&cfg).is_err());
+    let fast = RateLimitConfig {
+        rate: 2_000_000,
+        ..RateLimitConfig::default()
+    };
+    let err = fast.validate().unwrap_err();
+    assert_eq!(err.problems()[0].field, "rate");
+    assert!(serde_json::from_str::<RateLimitConfig>(r#"{"rat": 1}"#).is_err());
+    assert!(RateLimitConfig::default().validate().is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn from_config_keys_on_the_caller_and_waits() {
+    let cfg: RateLimitConfig = serde_json::from_str(
+        r#"{"rate": 2, "period": "1s", "burst": 1, "key": "caller", "on_limit": "wait", "max_wait": "600ms"}"#,
+    )
+    .unwrap();
+    let svc = RateLimitLayer::from_config(&cfg).unwrap().layer(tool());
+    let t0 = Instant::now();
+    assert!(svc.clone().oneshot(req().caller("a")).await.is_ok());
+    assert!(svc.clone().oneshot(req().caller("b")).await.is_ok());
+    assert!(svc.clone().oneshot(req().caller("a")).await.is_ok());
+    assert_eq!(t0.elapsed(), ms(500));
+}
