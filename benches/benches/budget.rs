@@ -75,9 +75,7 @@ fn budget_admit(c: &mut Criterion) {
         b.iter(|| call(&mut admit, &run))
     });
     group.bench_function("budget_reject", |b| b.iter(|| call(&mut reject, &run)));
-    group.bench_function("budget_no_run_id", |b| {
-        b.iter(|| call(&mut admit, &no_run))
-    });
+    group.bench_function("budget_no_run_id", |b| b.iter(|| call(&mut admit, &no_run)));
     group.finish();
 }
 

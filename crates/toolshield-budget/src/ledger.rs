@@ -147,7 +147,10 @@ impl BudgetLedger {
 
     /// A ledger with the limits of `cfg` whose counters live in `store` (`max_runs` is
     /// the store's business).
-    pub fn with_store(cfg: &LedgerConfig, store: Arc<dyn BudgetStore>) -> Result<Self, ConfigError> {
+    pub fn with_store(
+        cfg: &LedgerConfig,
+        store: Arc<dyn BudgetStore>,
+    ) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(Self::build(cfg, Backend::Store(store)))
     }
@@ -333,7 +336,11 @@ impl BudgetLedger {
     }
 
     /// Charges the external store for the call of `key` (the store path).
-    pub(crate) async fn admit_in_store(&self, tool: &ToolBudget, key: &str) -> Result<(), ToolError> {
+    pub(crate) async fn admit_in_store(
+        &self,
+        tool: &ToolBudget,
+        key: &str,
+    ) -> Result<(), ToolError> {
         let Backend::Store(store) = &self.shared.backend else {
             return Ok(());
         };

@@ -216,8 +216,7 @@ impl Counts {
         if c.run_max_calls.is_some_and(|max| self.calls >= max) {
             return Verdict::Exhausted(Limit::RunCalls);
         }
-        if c
-            .run_max_cost
+        if c.run_max_cost
             .is_some_and(|max| self.cost.saturating_add(c.cost) > max)
         {
             return Verdict::Exhausted(Limit::RunCost);
@@ -325,7 +324,9 @@ impl MemoryBudgetStore {
                     // Nothing counted, nothing written: the run keeps what it had.
                     return (
                         Write::Keep,
-                        Err(StoreError::new("run counters too large for the memory bound")),
+                        Err(StoreError::new(
+                            "run counters too large for the memory bound",
+                        )),
                     );
                 }
                 (c.try_charge(charge), weight)

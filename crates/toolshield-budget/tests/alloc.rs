@@ -21,12 +21,16 @@ fn the_admit_and_reject_paths_of_a_known_run_do_not_allocate() {
         .build()
         .unwrap();
     let _guard = rt.enter();
-    let ledger = BudgetLedger::new().run_max_calls(1_000_000).run_max_cost(1 << 40);
+    let ledger = BudgetLedger::new()
+        .run_max_calls(1_000_000)
+        .run_max_cost(1 << 40);
     let mut search = BudgetLayer::new(&ledger, "search", Some(1_000_000))
         .cost(3)
         .layer(BareTool);
     let mut fetch = BudgetLayer::new(&ledger, "fetch", Some(5)).layer(BareTool);
-    let req = ToolRequest::new("search", json!({})).run_id("run-1").caller("alice");
+    let req = ToolRequest::new("search", json!({}))
+        .run_id("run-1")
+        .caller("alice");
     let other = ToolRequest::new("fetch", json!({})).run_id("run-1");
     // Warm up: the run, both tools in it, the key buffer of this thread.
     for _ in 0..10 {

@@ -56,7 +56,10 @@ async fn per_tool_limit_admits_exactly_max_calls_then_budget_exhausted() {
     assert!(!err.kind().counts_for_breaker());
     assert!(err.message().contains("tool `search`"), "{}", err.message());
     assert!(err.message().contains("3 calls"), "{}", err.message());
-    assert!(!err.message().contains("run-1"), "the run id is never echoed");
+    assert!(
+        !err.message().contains("run-1"),
+        "the run id is never echoed"
+    );
     assert!(err.kind().for_model("search").contains("Do not call"));
     let stats = &ledger.stats()[0];
     assert_eq!(stats.admitted(), 3);
@@ -78,7 +81,9 @@ async fn run_total_is_shared_across_tools() {
         err.message()
     );
     let store = ledger.memory_store().unwrap();
-    let key = BudgetKey::new(Scope::Run, Some("r"), None).unwrap().encoded();
+    let key = BudgetKey::new(Scope::Run, Some("r"), None)
+        .unwrap()
+        .encoded();
     assert_eq!(store.usage(&key), Some((5, 0)));
     assert_eq!(store.tool_calls(&key, "search"), Some(3));
     assert_eq!(store.tool_calls(&key, "fetch"), Some(2));
@@ -95,7 +100,9 @@ async fn cost_limit_rejects_a_call_that_does_not_fit_and_charges_nothing_for_it(
     assert!(err.message().contains("12 cost units"), "{}", err.message());
     // The rejected call cost nothing: two units are still there for the cheap tool.
     assert_eq!(count_ok(&cheap, "lookup", "r", 3).await, 2);
-    let key = BudgetKey::new(Scope::Run, Some("r"), None).unwrap().encoded();
+    let key = BudgetKey::new(Scope::Run, Some("r"), None)
+        .unwrap()
+        .encoded();
     assert_eq!(ledger.memory_store().unwrap().usage(&key), Some((4, 12)));
     assert_eq!(ledger.stats()[0].exhausted(Limit::RunCost), 1);
 }
@@ -159,8 +166,8 @@ async fn nested_calls_of_one_run_share_its_budget() {
     let ledger = BudgetLedger::new().run_max_calls(3);
     let leaf = tool(&ledger, "leaf", None, 0);
     let leaf2 = leaf.clone();
-    let outer = BudgetLayer::new(&ledger, "outer", None).layer(tower::service_fn(
-        move |r: ToolRequest| {
+    let outer =
+        BudgetLayer::new(&ledger, "outer", None).layer(tower::service_fn(move |r: ToolRequest| {
             let leaf = leaf2.clone();
             async move {
                 let run = r.meta().run_id.clone().unwrap_or_default();
@@ -172,21 +179,24 @@ async fn nested_calls_of_one_run_share_its_budget() {
                 }
                 Ok::<_, ToolError>(ToolResponse::new(json!(ok)))
             }
-        },
-    ));
+        }));
     let resp = outer.clone().oneshot(req("outer", "r")).await.unwrap();
-    assert_eq!(resp.output, json!(2), "one call for outer, two left for leaf");
+    assert_eq!(
+        resp.output,
+        json!(2),
+        "one call for outer, two left for leaf"
+    );
     assert!(call(&leaf, req("leaf", "r")).await.is_err());
 }
 
 #[tokio::test]
 async fn failed_calls_are_not_refunded() {
     let ledger = BudgetLedger::new();
-    let failing = BoxCloneSyncService::new(
-        BudgetLayer::new(&ledger, "f", Some(2)).layer(tower::service_fn(|_r: ToolRequest| async {
+    let failing = BoxCloneSyncService::new(BudgetLayer::new(&ledger, "f", Some(2)).layer(
+        tower::service_fn(|_r: ToolRequest| async {
             Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
-        })),
-    );
+        }),
+    ));
     for _ in 0..2 {
         let e = call(&failing, req("f", "r")).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::UpstreamUnavailable);
@@ -218,7 +228,9 @@ async fn a_dropped_call_counts_and_leaves_nothing_running() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::BudgetExhausted);
-    let key = BudgetKey::new(Scope::Run, Some("r"), None).unwrap().encoded();
+    let key = BudgetKey::new(Scope::Run, Some("r"), None)
+        .unwrap()
+        .encoded();
     assert_eq!(ledger.memory_store().unwrap().usage(&key), Some((2, 0)));
 }
 
@@ -241,7 +253,11 @@ async fn counters_expire_after_the_idle_ttl_and_each_call_refreshes_it() {
     tokio::time::advance(Duration::from_secs(59)).await;
     assert!(call(&t, req("t", "r")).await.is_err());
     tokio::time::advance(Duration::from_secs(60)).await;
-    assert_eq!(count_ok(&t, "t", "r", 3).await, 2, "a fresh budget after 60 s idle");
+    assert_eq!(
+        count_ok(&t, "t", "r", 3).await,
+        2,
+        "a fresh budget after 60 s idle"
+    );
 }
 
 #[tokio::test]
@@ -273,7 +289,10 @@ async fn caller_scope_counts_across_runs_and_run_and_caller_separates_callers() 
     let alice = |run: &str| req("t", run).caller("alice");
     assert!(call(&t, alice("r1")).await.is_ok());
     assert!(call(&t, alice("r2")).await.is_ok());
-    assert!(call(&t, alice("r3")).await.is_err(), "alice's budget spans runs");
+    assert!(
+        call(&t, alice("r3")).await.is_err(),
+        "alice's budget spans runs"
+    );
     assert!(call(&t, req("t", "r1").caller("bob")).await.is_ok());
     let e = call(&t, req("t", "r1")).await.unwrap_err();
     assert!(e.message().contains("no caller id"), "{}", e.message());
@@ -512,7 +531,9 @@ async fn a_call_dropped_while_the_store_answers_never_runs() {
     fut.await.unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     // A dropped charge never reached the store: run `r` is untouched.
-    let key = BudgetKey::new(Scope::Run, Some("r"), None).unwrap().encoded();
+    let key = BudgetKey::new(Scope::Run, Some("r"), None)
+        .unwrap()
+        .encoded();
     assert_eq!(store.inner.usage(&key), None);
 }
 

@@ -103,7 +103,11 @@ async fn two_replicas_share_one_run_budget() {
     }
     assert_eq!(ok, 5);
     let e = call(&search_a, req("search", "r3")).await.unwrap_err();
-    assert!(e.message().contains("5 calls across tools"), "{}", e.message());
+    assert!(
+        e.message().contains("5 calls across tools"),
+        "{}",
+        e.message()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,7 +224,16 @@ async fn hostile_run_ids_get_their_own_escaped_keys() {
     let runs = Arc::new(AtomicUsize::new(0));
     let (_l, t) = replica(&conn, &cfg, "t", None, 0, &runs);
     let ids = [
-        "a}b", "a{b", "{a}", "a\nb", "a\r\n*1\r\n", "%7D", "}", "%", "", "r:x",
+        "a}b",
+        "a{b",
+        "{a}",
+        "a\nb",
+        "a\r\n*1\r\n",
+        "%7D",
+        "}",
+        "%",
+        "",
+        "r:x",
     ];
     for id in ids {
         assert!(call(&t, req("t", id)).await.is_ok(), "{id:?}");
@@ -275,14 +288,21 @@ async fn a_paused_redis_rejects_by_default_and_allows_when_configured() {
     let started = Instant::now();
     let e = call(&strict, req("t", "r")).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::StoreUnavailable);
-    assert!(started.elapsed() < OP_TIMEOUT * 4, "bounded by the op timeout");
+    assert!(
+        started.elapsed() < OP_TIMEOUT * 4,
+        "bounded by the op timeout"
+    );
     for _ in 0..3 {
         assert!(call(&lenient, req("t", "r")).await.is_ok());
     }
     redis.resume();
     assert_eq!(lc.stats()[0].store_errors(), 1);
     assert_eq!(lo.stats()[0].store_errors(), 3);
-    assert_eq!(runs.load(Ordering::SeqCst), 4, "1 counted + 3 allowed uncounted");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        4,
+        "1 counted + 3 allowed uncounted"
+    );
     // The charges that timed out were still sent: Redis applies them once it runs again
     // (a timed-out charge may count without its call running). Whatever the timing, the
     // store never counts past the limit.
@@ -294,7 +314,9 @@ async fn a_paused_redis_rejects_by_default_and_allows_when_configured() {
     }
     let client = redis::Client::open(redis.url()).unwrap();
     let mut raw = client.get_multiplexed_async_connection().await.unwrap();
-    let encoded = BudgetKey::new(Scope::Run, Some("r"), None).unwrap().encoded();
+    let encoded = BudgetKey::new(Scope::Run, Some("r"), None)
+        .unwrap()
+        .encoded();
     let calls: i64 = redis::cmd("HGET")
         .arg(format!("{p}{}", budget_key(&encoded)))
         .arg("#calls")
@@ -320,5 +342,9 @@ async fn a_killed_redis_fails_closed() {
         let e = call(&t, req("t", "r")).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::StoreUnavailable);
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "nothing ran while Redis was down");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "nothing ran while Redis was down"
+    );
 }
