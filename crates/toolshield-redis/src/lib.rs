@@ -61,6 +61,7 @@
 //! ```
 
 mod breaker;
+mod budget;
 mod cache;
 mod config;
 mod connection;
@@ -71,6 +72,7 @@ mod ratelimit;
 pub mod testing;
 
 pub use breaker::SharedBreakerState;
+pub use budget::{budget_key, RedisBudgetStore};
 pub use cache::RedisCacheStore;
 pub use config::RedisConfig;
 pub use connection::{ConnectError, RedisConnection};

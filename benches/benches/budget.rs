@@ -1,0 +1,118 @@
+//! Call budgets: the admit path (a known run, in memory) against the bare service in one
+//! group, with a rejection and a call without a run id beside it; allocations per call
+//! are counted with the counting allocator and printed first. A second group charges a
+//! real redis-server (one Lua round trip) when one can be started.
+
+// `criterion_group!` generates a public function without docs.
+#![allow(missing_docs)]
+
+use std::alloc::System;
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use serde_json::json;
+use toolshield_budget::{BudgetLayer, BudgetLedger, LedgerConfig};
+use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_redis::testing::{unique_prefix, RedisServer};
+use toolshield_redis::{RedisBudgetStore, RedisConfig, RedisConnection};
+use toolshield_test::alloc::{least_of, measure, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::{call_now, BareTool};
+use tower::{Layer, Service, ServiceExt};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// One call through `svc`, returning whether it succeeded.
+fn call<S>(svc: &mut S, req: &ToolRequest) -> bool
+where
+    S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
+{
+    black_box(call_now(svc, req.clone())).is_ok()
+}
+
+/// Allocations per call of `svc`, the least of three runs of 1,000 calls.
+fn allocations<S>(svc: &mut S, req: &ToolRequest) -> f64
+where
+    S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
+{
+    let n = least_of(3, || {
+        measure(|| {
+            for _ in 0..1_000 {
+                call(svc, req);
+            }
+        })
+        .1
+        .allocations
+    });
+    n as f64 / 1_000.0
+}
+
+fn budget_admit(c: &mut Criterion) {
+    let ledger = BudgetLedger::new()
+        .run_max_calls(u64::MAX)
+        .run_max_cost(u64::MAX);
+    let mut bare = BareTool;
+    let mut admit = BudgetLayer::new(&ledger, "search", Some(u64::MAX))
+        .cost(1)
+        .layer(BareTool);
+    let mut reject = BudgetLayer::new(&ledger, "blocked", Some(0)).layer(BareTool);
+    let run = ToolRequest::new("search", json!({"q": "rust"})).run_id("run-42");
+    let no_run = ToolRequest::new("search", json!({"q": "rust"}));
+    call(&mut admit, &run);
+    call(&mut reject, &run);
+    println!(
+        "allocations per call: bare {:.2}, admit {:.2}, reject {:.2}, no run id {:.2}",
+        allocations(&mut bare, &run),
+        allocations(&mut admit, &run),
+        allocations(&mut reject, &run),
+        allocations(&mut admit, &no_run),
+    );
+
+    let mut group = c.benchmark_group("budget_admit");
+    group.bench_function("bare", |b| b.iter(|| call(&mut bare, &run)));
+    group.bench_function("budget_admit_known_run", |b| {
+        b.iter(|| call(&mut admit, &run))
+    });
+    group.bench_function("budget_reject", |b| b.iter(|| call(&mut reject, &run)));
+    group.bench_function("budget_no_run_id", |b| b.iter(|| call(&mut admit, &no_run)));
+    group.finish();
+}
+
+fn budget_redis(c: &mut Criterion) {
+    let server = match RedisServer::start() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("SKIPPED the budget redis bench: no redis-server could be started ({e})");
+            return;
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let conn = rt
+        .block_on(RedisConnection::connect(
+            RedisConfig::from_url(server.url()).with_key_prefix(unique_prefix()),
+        ))
+        .expect("connect");
+    let ledger = BudgetLedger::with_store(
+        &LedgerConfig {
+            run_max_calls: Some(u64::MAX >> 12),
+            ..LedgerConfig::default()
+        },
+        Arc::new(RedisBudgetStore::new(conn)),
+    )
+    .expect("ledger");
+    let svc = BudgetLayer::new(&ledger, "search", None).layer(BareTool);
+    let run = ToolRequest::new("search", json!({"q": "rust"})).run_id("run-42");
+    let mut group = c.benchmark_group("budget_redis");
+    group.bench_function("budget_admit_redis", |b| {
+        b.to_async(&rt)
+            .iter(|| svc.clone().oneshot(black_box(run.clone())))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, budget_admit, budget_redis);
+criterion_main!(benches);
