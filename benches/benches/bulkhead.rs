@@ -71,7 +71,9 @@ fn admit(c: &mut Criterion) {
     g.bench_function("bare", |b| b.iter(|| call(&mut bare, black_box(&req))));
 
     let mut ours = BulkheadLayer::new(10).layer(BareTool);
-    g.bench_function("toolshield", |b| b.iter(|| call(&mut ours, black_box(&req))));
+    g.bench_function("toolshield", |b| {
+        b.iter(|| call(&mut ours, black_box(&req)))
+    });
 
     let mut keyed = BulkheadLayer::new(10).keyed(ByName, 1_000).layer(BareTool);
     g.bench_function("toolshield_keyed", |b| {

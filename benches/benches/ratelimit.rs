@@ -78,15 +78,17 @@ fn admit(c: &mut Criterion) {
     // One call per nanosecond with a second of burst: never limited.
     let limit = RateLimit::new(1_000_000_000, Duration::from_secs(1), 1_000_000_000);
     let mut ours = RateLimitLayer::new(limit).layer(BareTool);
-    g.bench_function("toolshield", |b| b.iter(|| call(&mut ours, black_box(&req))));
+    g.bench_function("toolshield", |b| {
+        b.iter(|| call(&mut ours, black_box(&req)))
+    });
 
     let mut by_caller = RateLimitLayer::new(limit).keyed(ByCaller).layer(BareTool);
     g.bench_function("toolshield_by_caller", |b| {
         b.iter(|| call(&mut by_caller, black_box(&req)))
     });
 
-    let mut tower_rate = tower::limit::RateLimitLayer::new(u64::MAX / 2, Duration::from_secs(1))
-        .layer(BareTool);
+    let mut tower_rate =
+        tower::limit::RateLimitLayer::new(u64::MAX / 2, Duration::from_secs(1)).layer(BareTool);
     g.bench_function("tower_rate_limit", |b| {
         b.iter(|| call(&mut tower_rate, black_box(&req)))
     });

@@ -163,6 +163,12 @@ impl BudgetLedger {
         Self::build(&cfg, Backend::Memory(MemoryBudgetStore::new(cfg.max_runs)))
     }
 
+    /// Whether the ledger limits runs across tools (`run_max_calls` or `run_max_cost`):
+    /// then every tool's calls count, even a tool with no limit of its own.
+    pub fn has_run_limits(&self) -> bool {
+        self.shared.run_max_calls.is_some() || self.shared.run_max_cost.is_some()
+    }
+
     /// Limits every run to `max` calls across tools (clamped to [`MAX_LIMIT`]).
     ///
     /// The builder steps configure a ledger before layers are built from it: each returns

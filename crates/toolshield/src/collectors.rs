@@ -3,7 +3,17 @@
 //! `toolshield-metrics` depends on no other layer.
 
 mod breaker;
+mod budget;
+mod bulkhead;
+mod chaos;
 mod fallback;
+mod hedge;
+mod ratelimit;
 
 pub use breaker::BreakerMetrics;
+pub use budget::*;
+pub use bulkhead::*;
+pub use chaos::*;
 pub use fallback::{FallbackMetrics, TOOL_FALLBACK_EXHAUSTED_TOTAL, TOOL_FALLBACK_HANDOVERS_TOTAL};
+pub use hedge::*;
+pub use ratelimit::*;

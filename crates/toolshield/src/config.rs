@@ -45,12 +45,15 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolshield_breaker::{BreakerConfig, WindowConfig};
+use toolshield_budget::{BudgetConfig, LedgerConfig};
+use toolshield_bulkhead::BulkheadConfig;
 use toolshield_cache::ToolCacheConfig;
 use toolshield_chaos::ChaosConfig;
-use toolshield_hedge::HedgeConfig;
 use toolshield_core::config::Problems;
 use toolshield_core::{CallKind, ConfigError};
+use toolshield_hedge::HedgeConfig;
 use toolshield_idempotency::IdempotencyConfig;
+use toolshield_ratelimit::RateLimitConfig;
 use toolshield_retry::RetryConfig;
 use toolshield_timeout::TimeoutConfig;
 
@@ -82,6 +85,15 @@ pub struct ToolConfig {
     /// Fault injection for testing agents: latency, errors, hangs, in-band failures at
     /// chosen rates, seeded. Off by default; logged and exported when on.
     pub faults: ChaosConfig,
+    /// At most N calls of the tool in flight, then a bounded queue or `OVERLOADED`.
+    /// Off (`None`) by default.
+    pub bulkhead: Option<BulkheadConfig>,
+    /// A GCRA rate limit per key (the tool, the caller, the run): wait or `RATE_LIMITED`
+    /// with the exact `retry_after`. Off (`None`) by default.
+    pub rate_limit: Option<RateLimitConfig>,
+    /// This tool's share of an agent run's budget: `max_calls` per run, and `cost` units
+    /// charged against the run's `runs.run_max_cost`. No limit by default.
+    pub budget: BudgetConfig,
 }
 
 /// The configuration of a whole shield: a switch, defaults, and per-tool settings.
@@ -95,6 +107,9 @@ pub struct ShieldConfig {
     /// Per-tool settings, already merged over the defaults. The tool names listed here
     /// are the registered names metrics label with; others are reported as `other`.
     pub tools: BTreeMap<String, ToolConfig>,
+    /// The budgets of agent runs, shared by every tool: calls and cost per run, how a
+    /// run is identified, how long its counts live (`[runs]`).
+    pub runs: LedgerConfig,
 }
 
 impl Default for ShieldConfig {
@@ -103,11 +118,12 @@ impl Default for ShieldConfig {
             enabled: true,
             defaults: ToolConfig::default(),
             tools: BTreeMap::new(),
+            runs: LedgerConfig::default(),
         }
     }
 }
 
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 12] = [
     "kind",
     "timeout",
     "retry",
@@ -117,6 +133,9 @@ const SECTIONS: [&str; 9] = [
     "schema",
     "hedge",
     "faults",
+    "bulkhead",
+    "rate_limit",
+    "budget",
 ];
 
 impl ShieldConfig {
@@ -208,10 +227,24 @@ impl ShieldConfig {
         let tools_value = root
             .remove("tools")
             .unwrap_or_else(|| Value::Object(Map::new()));
+        if let Some(runs) = root.remove("runs") {
+            match serde_path_to_error::deserialize::<_, LedgerConfig>(runs) {
+                Ok(runs) => cfg.runs = runs,
+                Err(e) => {
+                    let inner = e.path().to_string();
+                    let field = if inner == "." || inner.is_empty() {
+                        "runs".to_owned()
+                    } else {
+                        format!("runs.{inner}")
+                    };
+                    p.push(field, e.into_inner());
+                }
+            }
+        }
         for unknown in root.keys() {
             p.push(
                 unknown.clone(),
-                "unknown field (expected `enabled`, `defaults` or `tools`)",
+                "unknown field (expected `enabled`, `defaults`, `tools` or `runs`)",
             );
         }
 
@@ -262,6 +295,7 @@ impl ShieldConfig {
 
     fn validate_inner(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
+        p.extend("runs", self.runs.validate());
         check_tool(&self.defaults, None, "defaults", &mut p);
         for (name, tool) in &self.tools {
             check_tool(tool, Some(&self.defaults), &format!("tools.{name}"), &mut p);
@@ -355,6 +389,15 @@ fn parse_tool(
         schema: section("schema", own, b.map(|(r, t)| (r, &t.schema)), path, p),
         hedge: section("hedge", own, b.map(|(r, t)| (r, &t.hedge)), path, p),
         faults: section("faults", own, b.map(|(r, t)| (r, &t.faults)), path, p),
+        bulkhead: section("bulkhead", own, b.map(|(r, t)| (r, &t.bulkhead)), path, p),
+        rate_limit: section(
+            "rate_limit",
+            own,
+            b.map(|(r, t)| (r, &t.rate_limit)),
+            path,
+            p,
+        ),
+        budget: section("budget", own, b.map(|(r, t)| (r, &t.budget)), path, p),
     };
     // The built-in slow-call threshold (2 s) is a default nobody wrote: with a short
     // attempt timeout (`timeout = { attempt = "1s" }`) it would be refused as "not below
@@ -448,6 +491,15 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
     }
     if own(|a, b| a.faults == b.faults) {
         p.extend(&format!("{path}.faults"), tool.faults.validate());
+    }
+    if let (true, Some(bulkhead)) = (own(|a, b| a.bulkhead == b.bulkhead), &tool.bulkhead) {
+        p.extend(&format!("{path}.bulkhead"), bulkhead.validate());
+    }
+    if let (true, Some(limit)) = (own(|a, b| a.rate_limit == b.rate_limit), &tool.rate_limit) {
+        p.extend(&format!("{path}.rate_limit"), limit.validate());
+    }
+    if own(|a, b| a.budget == b.budget) {
+        p.extend(&format!("{path}.budget"), tool.budget.validate());
     }
     if let (true, Some(schema)) = (own(|a, b| a.schema == b.schema), &tool.schema) {
         if let Err(e) = toolshield_validate::Schema::new(schema.clone()) {

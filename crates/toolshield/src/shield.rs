@@ -24,7 +24,15 @@ use toolshield_idempotency::{
 use toolshield_metrics::{MetricsConfig, MetricsLayer, MetricsTarget, PrometheusExporter};
 use toolshield_provenance::ProvenanceLayer;
 
-use crate::collectors::{BreakerMetrics, FallbackMetrics};
+use crate::collectors::{
+    BreakerMetrics, BudgetMetrics, BulkheadMetrics, ChaosMetrics, FallbackMetrics, HedgeMetrics,
+    RateLimitMetrics,
+};
+use toolshield_budget::{BudgetLayer, BudgetLedger};
+use toolshield_bulkhead::{BulkheadLayer, ConfiguredKey as BulkheadKeyOf};
+use toolshield_chaos::ChaosLayer;
+use toolshield_hedge::{HedgeBudget, HedgeLayer};
+use toolshield_ratelimit::{ConfiguredKey as RateKeyOf, RateLimitLayer};
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use toolshield_validate::{Schema, ValidateLayer};
@@ -70,6 +78,89 @@ struct Kept {
     exporter: RwLock<Option<PrometheusExporter>>,
     /// One reload (or `with_metrics`) at a time.
     reload: Mutex<()>,
+    /// The call counts of agent runs, shared by every tool (`[runs]`).
+    ledger: BudgetLedger,
+}
+
+/// The flow-control layers of one wrapped tool, built when it is wrapped: their state
+/// (permits in flight, queued calls, a rate bucket, latency samples) belongs to the tool
+/// and outlives a reload (docs/reload.md).
+#[derive(Clone, Default)]
+struct Flow {
+    budget: Option<BudgetLayer>,
+    rate_limit: Option<RateLimitLayer<RateKeyOf>>,
+    hedge: Option<HedgeLayer>,
+    bulkhead: Option<BulkheadLayer<BulkheadKeyOf>>,
+    faults: Option<ChaosLayer>,
+}
+
+/// `Some(layer)`, or `None` after logging why: the configuration was checked at load, so
+/// this is a defect, and the call goes on without the layer rather than failing.
+fn flow_layer<T>(tool: &str, section: &str, built: Result<T, ConfigError>) -> Option<T> {
+    match built {
+        Ok(layer) => Some(layer),
+        Err(e) => {
+            tracing::error!(tool, section, error = %e, "a checked flow-control section could not be built; the tool runs without it");
+            None
+        }
+    }
+}
+
+impl Flow {
+    fn new(kept: &Kept, tool: &str, cfg: &ToolConfig, retry: &RetryLayer) -> Self {
+        let runs_limited =
+            cfg.budget.max_calls.is_some() || cfg.budget.cost > 0 || kept.ledger.has_run_limits();
+        let hedge = flow_layer(tool, "hedge", HedgeLayer::from_config(&cfg.hedge))
+            .flatten()
+            .map(|hedge| match retry.budget() {
+                // Hedges spend the retry budget: a storm of hedges is a storm of retries.
+                Some(budget) => hedge.with_budget(Arc::clone(budget) as Arc<dyn HedgeBudget>),
+                None => hedge,
+            });
+        Flow {
+            budget: runs_limited
+                .then(|| {
+                    flow_layer(
+                        tool,
+                        "budget",
+                        BudgetLayer::from_config(&kept.ledger, tool, &cfg.budget),
+                    )
+                })
+                .flatten(),
+            rate_limit: cfg
+                .rate_limit
+                .as_ref()
+                .and_then(|c| flow_layer(tool, "rate_limit", RateLimitLayer::from_config(c))),
+            hedge,
+            bulkhead: cfg
+                .bulkhead
+                .as_ref()
+                .and_then(|c| flow_layer(tool, "bulkhead", BulkheadLayer::from_config(c))),
+            faults: flow_layer(tool, "faults", ChaosLayer::from_config(tool, &cfg.faults))
+                .flatten(),
+        }
+    }
+
+    /// Registers the exporters of this tool's flow-control counters.
+    fn export(&self, tool: &str, exporter: &PrometheusExporter) {
+        let target = exporter.target();
+        if let Some(l) = &self.rate_limit {
+            exporter.add_collector(RateLimitMetrics::new(tool, l.stats(), target.clone()));
+        }
+        if let Some(l) = &self.hedge {
+            exporter.add_collector(HedgeMetrics::new(
+                tool,
+                Arc::clone(l.stats()),
+                target.clone(),
+            ));
+        }
+        if let Some(l) = &self.bulkhead {
+            exporter.add_collector(BulkheadMetrics::new(tool, l.stats(), target.clone()));
+        }
+        if let Some(l) = &self.faults {
+            exporter.add_collector(ChaosMetrics::new(Arc::clone(l.stats()), target));
+        }
+    }
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -360,6 +451,7 @@ impl Shield {
             )])),
             exporter: RwLock::new(None),
             reload: Mutex::new(()),
+            ledger: BudgetLedger::from_config(&config.runs).map_err(|e| e.prefixed("runs"))?,
         };
         // Metrics go to the process's global `metrics` recorder until `with_metrics`
         // points them at an exporter; without a recorder they cost next to nothing.
@@ -393,6 +485,10 @@ impl Shield {
                 BreakerMetrics::new(registry.clone(), exporter.target()).known_keys(known.clone()),
             );
         }
+        exporter.add_collector(BudgetMetrics::new(
+            self.kept.ledger.clone(),
+            exporter.target(),
+        ));
         *write(&self.kept.exporter) = Some(exporter.clone());
         self.policies.publish(Policies {
             generation: 0,
@@ -562,15 +658,38 @@ impl Shield {
     where
         S: ToolService,
     {
-        if let (Some(exporter), Some(chain)) = (read(&self.kept.exporter).as_ref(), &fallback) {
-            exporter.add_collector(FallbackMetrics::new(tool, chain.stats(), exporter.target()));
+        let flow = {
+            let current = self.policies.load();
+            Flow::new(
+                &self.kept,
+                tool,
+                current.config.tool(tool),
+                &current.layers(tool).retry,
+            )
+        };
+        if let Some(exporter) = read(&self.kept.exporter).as_ref() {
+            if let Some(chain) = &fallback {
+                exporter.add_collector(FallbackMetrics::new(
+                    tool,
+                    chain.stats(),
+                    exporter.target(),
+                ));
+            }
+            flow.export(tool, exporter);
         }
         let tool: Arc<str> = Arc::from(tool);
         let provenance = self.provenance.clone();
         // The stack is built from the generation in force, and again (once) for each new
         // generation; calls find their policy in the stack, never by name.
         Reloading::new(Arc::clone(&self.policies), move |p: &Policies| {
-            tool_stack(p, &tool, &provenance, fallback.clone(), service.clone())
+            tool_stack(
+                p,
+                &tool,
+                &provenance,
+                fallback.clone(),
+                &flow,
+                service.clone(),
+            )
         })
     }
 
@@ -591,6 +710,7 @@ fn tool_stack<S: ToolService>(
     tool: &str,
     provenance: &ProvenanceLayer,
     fallback: Option<FallbackLayer>,
+    flow: &Flow,
     service: S,
 ) -> Either<
     impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
@@ -617,14 +737,19 @@ fn tool_stack<S: ToolService>(
         .layer(CancelLayer::new())
         .option_layer(l.deadline)
         .option_layer(l.validate)
+        .option_layer(flow.budget.clone())
         .layer(l.cache)
         .layer(l.idempotency)
         .option_layer(fallback)
         .layer(l.retry)
+        .option_layer(flow.hedge.clone())
         .layer(metrics.attempt_layer())
+        .option_layer(flow.rate_limit.clone())
         // A caught panic is INTERNAL, which the breaker counts (it is never retried).
         .layer(l.breaker.classifier(CountPanics::new()))
+        .option_layer(flow.bulkhead.clone())
         .layer(l.timeout)
+        .option_layer(flow.faults.clone())
         .layer(catch_panic())
         .service(service);
     Either::Left(stack)

@@ -50,7 +50,9 @@ impl Counts {
         for (a, b) in self.exhausted.iter_mut().zip(o.exhausted) {
             *a = a.saturating_add(b);
         }
-        self.allowed_without_run = self.allowed_without_run.saturating_add(o.allowed_without_run);
+        self.allowed_without_run = self
+            .allowed_without_run
+            .saturating_add(o.allowed_without_run);
         self.rejected_without_run = self
             .rejected_without_run
             .saturating_add(o.rejected_without_run);
@@ -175,8 +177,14 @@ mod tests {
         assert!(call_now(&mut fetch, run("fetch")).is_err());
         assert!(call_now(&mut fetch, ToolRequest::new("fetch", json!({}))).is_ok());
         let text = exporter.render();
-        assert!(text.contains(r#"tool_budget_admitted_total{tool="search"} 1"#), "{text}");
-        assert!(text.contains(r#"tool_budget_admitted_total{tool="fetch"} 2"#), "{text}");
+        assert!(
+            text.contains(r#"tool_budget_admitted_total{tool="search"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tool_budget_admitted_total{tool="fetch"} 2"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"tool_budget_exhausted_total{tool="search",limit="tool_calls"} 1"#),
             "{text}"
