@@ -35,6 +35,11 @@ cache = { ttl = "5m" }
 
 [tools.pay]
 kind = "mutating"
+
+# An agent may call `lookup` 3 times per run: a model stuck in a loop is stopped and told why.
+[tools.lookup]
+kind = "read_only"
+budget = { max_calls = 3 }
 "#;
 
 /// A tool whose behaviour is scripted by call number, so the demo shows every path
@@ -99,6 +104,7 @@ async fn call(
                 ErrorKind::Timeout => "timed out",
                 ErrorKind::Cancelled => "cancelled",
                 ErrorKind::CircuitOpen => "rejected at once, breaker open",
+                ErrorKind::BudgetExhausted => "refused, the run's budget is spent",
                 _ => "failed",
             };
             let attempts = match e.attempts() {
@@ -166,12 +172,15 @@ async fn main() -> Result<(), BoxError> {
         Ok(ToolResponse::new(json!({"charge_id": format!("ch_{n}")})))
     });
 
+    let (lookup, _) = scripted(|n, _req| async move { Ok(ToolResponse::new(json!({"page": n}))) });
+
     let router = shield
         .router()
         .tool("search", search)
         .tool("flaky_api", flaky)
         .tool("weather", weather)
         .tool("pay", pay)
+        .tool("lookup", lookup)
         .build()?;
     let read =
         |tool: &str, payload: Value| ToolRequest::new(tool, payload).kind(CallKind::ReadOnly);
@@ -288,19 +297,37 @@ async fn main() -> Result<(), BoxError> {
     call(&router, "pay order-7 again", payment("order-7"))
         .await
         .ok();
+    let before = pay_calls.load(Ordering::SeqCst);
     let at_once = (0..10).map(|_| router.clone().oneshot(payment("order-8")));
     let results = futures_join_all(at_once).await;
-    let first = results
-        .first()
-        .and_then(|r| r.as_ref().ok())
-        .map(|r| r.output.clone());
+    let outputs: Vec<Value> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().map(|r| r.output.clone()))
+        .collect();
+    let same = outputs.len() == results.len() && outputs.windows(2).all(|w| w[0] == w[1]);
     println!(
-        "  {:<34} {} callers, every one got {}; the payment tool ran {} time(s) in all",
+        "  {:<34} {} callers, {}; the payment tool ran {} time(s) for order-8",
         "pay order-8 x10 concurrently",
         results.len(),
-        first.unwrap_or(Value::Null),
-        pay_calls.load(Ordering::SeqCst)
+        match (same, outputs.first()) {
+            (true, Some(output)) => format!("all {} got {output}", outputs.len()),
+            _ => format!(
+                "{} of them succeeded, with different answers",
+                outputs.len()
+            ),
+        },
+        pay_calls.load(Ordering::SeqCst) - before
     );
+
+    println!("\n6. a run's call budget: the agent keeps calling `lookup` (3 calls per run)");
+    for i in 1..=4 {
+        let req = read("lookup", json!({ "q": i })).run_id("run-1");
+        call(&router, &format!("lookup #{i} in run-1"), req)
+            .await
+            .ok();
+    }
+    let req = read("lookup", json!({"q": 1})).run_id("run-2");
+    call(&router, "lookup #1 in run-2", req).await.ok();
 
     println!("\nmetrics summary (from the Prometheus exposition):");
     let text = exporter.render();
@@ -309,6 +336,7 @@ async fn main() -> Result<(), BoxError> {
             || l.starts_with("tool_retries_total")
             || l.starts_with("tool_cache_hits_total")
             || l.starts_with("idempotency_cache_hits_total")
+            || l.starts_with("tool_budget_exhausted_total")
             || l.starts_with("circuit_breaker_transitions_total"))
             && !l.ends_with(" 0")
     }) {
