@@ -127,7 +127,7 @@ impl Sink for BufferedHasher {
     #[inline]
     fn put_byte(&mut self, byte: u8) {
         if self.len == BUFFERED {
-            self.hasher.update(&self.buf);
+            self.hasher.update(self.buf);
             self.len = 0;
         }
         if let Some(slot) = self.buf.get_mut(self.len) {
