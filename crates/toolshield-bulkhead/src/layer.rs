@@ -8,7 +8,7 @@ use tower_layer::Layer;
 
 use crate::config::{BulkheadConfig, BulkheadKey, MAX_CONCURRENT, MAX_QUEUE};
 use crate::gate::{Counters, Gates, Limits};
-use crate::key::{ByCaller, ByName, ByRun, KeyFn};
+use toolshield_contract::key::{ByCaller, ByName, ByRun, KeyFn};
 use crate::service::Bulkhead;
 
 /// What every service of a layer shares.

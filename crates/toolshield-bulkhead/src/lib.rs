@@ -3,12 +3,11 @@
 mod config;
 mod future;
 mod gate;
-mod key;
 mod layer;
 mod service;
 
 pub use config::{BulkheadConfig, BulkheadKey, MAX_CONCURRENT, MAX_QUEUE};
 pub use future::ResponseFuture;
-pub use key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
+pub use toolshield_contract::key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
 pub use layer::{BulkheadLayer, BulkheadSnapshot, BulkheadStats, ConfiguredKey, Whole};
 pub use service::Bulkhead;

@@ -9,7 +9,7 @@ use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::gate::{Gate, Gates};
-use crate::key::KeyFn;
+use toolshield_contract::key::KeyFn;
 use crate::layer::{Shared, Whole};
 
 /// A bulkhead: at most `max_concurrent` calls of the inner service in flight (per key,

@@ -8,6 +8,7 @@ mod error;
 pub mod hash;
 #[cfg(feature = "http")]
 pub mod http_impls;
+pub mod key;
 mod kind;
 pub mod panic;
 mod progress;

@@ -9,7 +9,7 @@ use tower_layer::Layer;
 
 use crate::config::{OnLimit, OnStoreError, RateKey, RateLimitConfig};
 use crate::gcra::RateLimit;
-use crate::key::{ByCaller, ByName, ByRun, KeyFn};
+use toolshield_contract::key::{ByCaller, ByName, ByRun, KeyFn};
 use crate::service::RateLimiter;
 use crate::store::{MemoryRateLimitStore, RateLimitStore};
 

@@ -2,14 +2,13 @@
 
 mod config;
 mod gcra;
-mod key;
 mod layer;
 mod service;
 mod store;
 
 pub use config::{OnLimit, OnStoreError, RateKey, RateLimitConfig};
 pub use gcra::{Decision, RateLimit};
-pub use key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
+pub use toolshield_contract::key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
 pub use layer::{ConfiguredKey, RateLimitLayer, RateLimitSnapshot, RateLimitStats};
 pub use service::RateLimiter;
 pub use store::{MemoryRateLimitStore, RateLimitStore};

@@ -10,7 +10,7 @@ use tower_service::Service;
 
 use crate::config::OnStoreError;
 use crate::gcra::Decision;
-use crate::key::{ByName, KeyFn};
+use toolshield_contract::key::{ByName, KeyFn};
 use crate::layer::Shared;
 
 /// A keyed GCRA rate limiter (see [`RateLimit`](crate::RateLimit)).

@@ -1,14 +1,15 @@
-//! [`KeyFn`]: which bucket of a rate limiter a request goes to.
+//! [`KeyFn`]: which compartment (a bulkhead's), bucket (a rate limiter's) or counter a
+//! request goes to, shared by the keyed layers.
 
 use std::borrow::Cow;
 
-use toolshield_contract::ShieldRequest;
+use crate::ShieldRequest;
 
-/// Picks the bucket (key) of a request in a rate limiter
-/// ([`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed)).
+/// Picks the key of a request in a keyed layer (a bulkhead's compartment, a rate
+/// limiter's bucket).
 ///
-/// `None` is the bucket of requests that carry no key (no caller id, no run id):
-/// they share one bucket of their own, which no present key can reach. Returning a
+/// `None` is the key of requests that carry none (no caller id, no run id): they share
+/// one compartment of their own, which no present key can reach. Returning a
 /// borrowed key costs nothing; an owned one costs an allocation per call.
 pub trait KeyFn<Req> {
     /// The key of `req`, or `None` when it has none.
@@ -16,7 +17,7 @@ pub trait KeyFn<Req> {
 }
 
 /// The name the request gives ([`ShieldRequest::call_name`]: the tool, the host): one
-/// bucket per tool (the default).
+/// key per tool when one layer guards several.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ByName;
 
@@ -27,8 +28,8 @@ impl<Req: ShieldRequest> KeyFn<Req> for ByName {
     }
 }
 
-/// The caller id ([`CallMeta::caller`](toolshield_contract::CallMeta)): each caller has
-/// its own rate.
+/// The caller id ([`CallMeta::caller`](crate::CallMeta)): one caller cannot take what
+/// every caller shares.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ByCaller;
 
@@ -39,7 +40,7 @@ impl<Req: ShieldRequest> KeyFn<Req> for ByCaller {
     }
 }
 
-/// The agent run id ([`CallMeta::run_id`](toolshield_contract::CallMeta)).
+/// The agent run id ([`CallMeta::run_id`](crate::CallMeta)).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ByRun;
 
@@ -58,7 +59,7 @@ pub struct FnKey<F>(F);
 ///
 /// ```
 /// use std::borrow::Cow;
-/// use toolshield_ratelimit::{key_fn, KeyFn};
+/// use toolshield_contract::key::{key_fn, KeyFn};
 ///
 /// let by_prefix = key_fn(|req: &String| req.split_once(':').map(|(p, _)| Cow::Borrowed(p)));
 /// assert_eq!(by_prefix.key(&"db:select".to_owned()).as_deref(), Some("db"));
