@@ -293,3 +293,30 @@ fn an_attempt_timeout_alone_loads_even_below_the_built_in_soft_threshold() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(cfg.tool("slow").timeout.soft, Some(Duration::from_secs(2)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_with_invalid_arguments_spends_the_budget_too() {
+    let shield = shield(
+        r#"
+        [tools.find]
+        kind = "read_only"
+        budget = { max_calls = 2 }
+        schema = { type = "object", required = ["q"] }
+        "#,
+    );
+    let (tool, calls) = counting(Duration::ZERO);
+    let svc = shield.wrap("find", tool);
+    let req = |payload| {
+        ToolRequest::new("find", payload)
+            .kind(CallKind::ReadOnly)
+            .run_id("loop")
+    };
+    // A model looping on bad arguments is stopped like any other loop.
+    for _ in 0..2 {
+        let e = svc.clone().oneshot(req(json!({}))).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    }
+    let e = svc.oneshot(req(json!({"q": "x"}))).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BudgetExhausted);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
