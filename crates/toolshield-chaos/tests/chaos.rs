@@ -52,6 +52,11 @@ fn error(rate: f64, kind: ErrorKind) -> ErrorFault {
 /// The outcome of a call, as a short label.
 fn label(out: &Result<ToolResponse, ToolError>) -> String {
     match out {
+        // A `ToolResponse` carries an injected in-band failure as `isError`.
+        Ok(res) if res.in_band_failure().is_some() => format!(
+            "in_band:{}",
+            res.in_band_failure().map_or("", |f| f.kind.code())
+        ),
         Ok(res) => format!("ok:{}", res.output),
         Err(e) => format!("err:{}", e.code()),
     }
@@ -104,7 +109,7 @@ async fn the_same_seed_injects_the_same_faults() {
     assert_ne!(a, c, "another seed, another sequence");
     assert!(a.iter().any(|o| o == "err:UPSTREAM_UNAVAILABLE"));
     assert!(a.iter().any(|o| o == "err:RATE_LIMITED"));
-    assert!(a.iter().any(|o| o == "err:EXECUTION_FAILED"));
+    assert!(a.iter().any(|o| o == "in_band:EXECUTION_FAILED"));
     assert!(a.iter().any(|o| o == "ok:\"real\""));
 }
 
