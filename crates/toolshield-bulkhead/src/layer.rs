@@ -8,8 +8,8 @@ use tower_layer::Layer;
 
 use crate::config::{BulkheadConfig, BulkheadKey, MAX_CONCURRENT, MAX_QUEUE};
 use crate::gate::{Counters, Gates, Limits};
-use toolshield_contract::key::{ByCaller, ByName, ByRun, KeyFn};
 use crate::service::Bulkhead;
+use toolshield_contract::key::{ByCaller, ByName, ByRun, KeyFn};
 
 /// What every service of a layer shares.
 #[derive(Debug)]

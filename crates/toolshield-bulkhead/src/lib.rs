@@ -8,6 +8,6 @@ mod service;
 
 pub use config::{BulkheadConfig, BulkheadKey, MAX_CONCURRENT, MAX_QUEUE};
 pub use future::ResponseFuture;
-pub use toolshield_contract::key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
 pub use layer::{BulkheadLayer, BulkheadSnapshot, BulkheadStats, ConfiguredKey, Whole};
 pub use service::Bulkhead;
+pub use toolshield_contract::key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};

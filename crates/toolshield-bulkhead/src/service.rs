@@ -9,8 +9,8 @@ use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::gate::{Gate, Gates};
-use toolshield_contract::key::KeyFn;
 use crate::layer::{Shared, Whole};
+use toolshield_contract::key::KeyFn;
 
 /// A bulkhead: at most `max_concurrent` calls of the inner service in flight (per key,
 /// with a keyed layer); beyond that a call waits in a bounded FIFO queue for at most the

@@ -9,9 +9,9 @@ use tower_layer::Layer;
 
 use crate::config::{OnLimit, OnStoreError, RateKey, RateLimitConfig};
 use crate::gcra::RateLimit;
-use toolshield_contract::key::{ByCaller, ByName, ByRun, KeyFn};
 use crate::service::RateLimiter;
 use crate::store::{MemoryRateLimitStore, RateLimitStore};
+use toolshield_contract::key::{ByCaller, ByName, ByRun, KeyFn};
 
 /// The counters every service of a layer shares.
 #[derive(Debug, Default)]

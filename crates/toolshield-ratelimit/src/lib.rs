@@ -8,9 +8,9 @@ mod store;
 
 pub use config::{OnLimit, OnStoreError, RateKey, RateLimitConfig};
 pub use gcra::{Decision, RateLimit};
-pub use toolshield_contract::key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
 pub use layer::{ConfiguredKey, RateLimitLayer, RateLimitSnapshot, RateLimitStats};
 pub use service::RateLimiter;
 pub use store::{MemoryRateLimitStore, RateLimitStore};
+pub use toolshield_contract::key::{key_fn, ByCaller, ByName, ByRun, FnKey, KeyFn};
 /// What a [`RateLimitStore`] operation returns (from `toolshield-store`, shared by every store).
 pub use toolshield_store::{StoreError, StoreFuture};

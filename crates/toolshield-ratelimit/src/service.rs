@@ -10,8 +10,8 @@ use tower_service::Service;
 
 use crate::config::OnStoreError;
 use crate::gcra::Decision;
-use toolshield_contract::key::{ByName, KeyFn};
 use crate::layer::Shared;
+use toolshield_contract::key::{ByName, KeyFn};
 
 /// A keyed GCRA rate limiter (see [`RateLimit`](crate::RateLimit)).
 ///
