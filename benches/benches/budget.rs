@@ -1,5 +1,7 @@
 //! Call budgets: the admit path (a known run, in memory) against the bare service in one
-//! group, with a rejection and a call without a run id beside it; allocations per call
+//! group, with a rejection and a call without a run id beside it, and the peers'
+//! admission gates (tower's `ConcurrencyLimit` and `RateLimit`, tower-resilience's rate
+//! limiter) on the same request; allocations per call
 //! are counted with the counting allocator and printed first. A second group charges a
 //! real redis-server (one Lua round trip) when one can be started.
 
@@ -9,6 +11,7 @@
 use std::alloc::System;
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
@@ -26,7 +29,7 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 /// One call through `svc`, returning whether it succeeded.
 fn call<S>(svc: &mut S, req: &ToolRequest) -> bool
 where
-    S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
+    S: Service<ToolRequest, Response = ToolResponse>,
 {
     black_box(call_now(svc, req.clone())).is_ok()
 }
@@ -76,6 +79,32 @@ fn budget_admit(c: &mut Criterion) {
     });
     group.bench_function("budget_reject", |b| b.iter(|| call(&mut reject, &run)));
     group.bench_function("budget_no_run_id", |b| b.iter(|| call(&mut admit, &no_run)));
+    // The admission gates of the peers, never limited, on the same request: no peer
+    // counts calls per agent run, so the fastest gate a call can pass is the bar.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let _enter = rt.enter();
+    let mut tower_concurrency = tower::limit::ConcurrencyLimitLayer::new(1 << 20).layer(BareTool);
+    group.bench_function("tower_concurrency_limit", |b| {
+        b.iter(|| call(&mut tower_concurrency, &run))
+    });
+    let mut tower_rate =
+        tower::limit::RateLimitLayer::new(u64::MAX / 2, Duration::from_secs(1)).layer(BareTool);
+    group.bench_function("tower_rate_limit", |b| {
+        b.iter(|| call(&mut tower_rate, &run))
+    });
+    let mut resilience_rate = tower_resilience::ratelimiter::RateLimiterLayer::builder()
+        .limit_for_period(usize::MAX / 2)
+        .refresh_period(Duration::from_secs(1))
+        .timeout_duration(Duration::ZERO)
+        .build()
+        .expect("valid peer config")
+        .layer(BareTool);
+    group.bench_function("tower-resilience_rate_limiter", |b| {
+        b.iter(|| call(&mut resilience_rate, &run))
+    });
     group.finish();
 }
 

@@ -312,9 +312,11 @@ impl MemoryBudgetStore {
     pub fn charge_now(&self, charge: &Charge<'_>) -> Result<Verdict, StoreError> {
         let max_weight = self.runs.max_weight();
         self.runs.update(charge.key, |found| {
+            // A live run is counted in place (its TTL refreshed); a new one is created.
+            let mut fresh = None;
             let counts = match found {
-                Some(f) if f.live => Arc::clone(f.value),
-                _ => Arc::new(Mutex::new(Counts::default())),
+                Some(f) if f.live => f.value,
+                _ => &*fresh.insert(Arc::new(Mutex::new(Counts::default()))),
             };
             let (verdict, weight) = {
                 // Uncontended: every update of this run holds the shard's write lock.
@@ -331,13 +333,20 @@ impl MemoryBudgetStore {
                 }
                 (c.try_charge(charge), weight)
             };
-            let put = Write::Put {
-                value: counts,
-                weight,
-                ttl: charge.ttl,
-                linger: Duration::ZERO,
+            let write = match fresh {
+                None => Write::Touch {
+                    weight,
+                    ttl: charge.ttl,
+                    linger: Duration::ZERO,
+                },
+                Some(value) => Write::Put {
+                    value,
+                    weight,
+                    ttl: charge.ttl,
+                    linger: Duration::ZERO,
+                },
             };
-            (put, Ok(verdict))
+            (write, Ok(verdict))
         })
     }
 }

@@ -96,7 +96,13 @@ impl RateLimit {
         }
         // `tat - now` is at most tolerance + max_wait, both bounded: no overflow.
         let next = tat.checked_add(self.interval).unwrap_or(tat);
-        (Decision::Admit { wait }, Some(next))
+        (
+            Decision::Admit {
+                wait,
+                turn: Turn::At(next),
+            },
+            Some(next),
+        )
     }
 }
 
@@ -108,10 +114,29 @@ pub enum Decision {
     Admit {
         /// How long the call waits before it starts.
         wait: Duration,
+        /// The store's mark of the reserved turn, given back to
+        /// [`RateLimitStore::refund`](crate::RateLimitStore::refund) if the call is
+        /// cancelled before it starts.
+        turn: Turn,
     },
     /// Rejected: nothing was reserved; a call would conform after `retry_after`.
     Reject {
         /// The time until the next conforming call.
         retry_after: Duration,
     },
+}
+
+/// A store's mark of one reserved turn: the key's time right after the reservation.
+///
+/// A cancelled waiter gives its turn back only while it is still the last one reserved
+/// (the key's time still equals its mark): a turn in the middle of the queue cannot be
+/// reused by a single GCRA time without letting the calls behind it and a newcomer start
+/// together, so it is kept, and the limit errs on the strict side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// The key's time on this process's clock (an in-memory store).
+    At(Instant),
+    /// A remote store's own mark, such as the key's time in microseconds on the Redis
+    /// server's clock.
+    Mark(i64),
 }

@@ -7,7 +7,7 @@ mod service;
 mod store;
 
 pub use config::{OnLimit, OnStoreError, RateKey, RateLimitConfig};
-pub use gcra::{Decision, RateLimit};
+pub use gcra::{Decision, RateLimit, Turn};
 pub use layer::{ConfiguredKey, RateLimitLayer, RateLimitSnapshot, RateLimitStats};
 pub use service::RateLimiter;
 pub use store::{MemoryRateLimitStore, RateLimitStore};

@@ -9,7 +9,7 @@ use toolshield_store::{take_ready, LayerFuture, StoreError};
 use tower_service::Service;
 
 use crate::config::OnStoreError;
-use crate::gcra::Decision;
+use crate::gcra::{Decision, Turn};
 use crate::layer::Shared;
 use toolshield_contract::key::{ByName, KeyFn};
 
@@ -68,6 +68,7 @@ impl<S, K> RateLimiter<S, K> {
 struct Refund {
     shared: Arc<Shared>,
     key: Option<String>,
+    turn: Turn,
     armed: bool,
 }
 
@@ -76,7 +77,7 @@ impl Drop for Refund {
         if self.armed {
             self.shared
                 .store
-                .refund(self.key.as_deref(), &self.shared.limit);
+                .refund(self.key.as_deref(), &self.shared.limit, self.turn);
         }
     }
 }
@@ -140,15 +141,16 @@ where
             .store
             .acquire_now(key.as_deref(), &shared.limit, max_wait);
         match decided {
-            Some(Ok(Decision::Admit { wait })) if wait.is_zero() => {
+            Some(Ok(Decision::Admit { wait, .. })) if wait.is_zero() => {
                 shared.counters.admitted.bump();
                 LayerFuture::passthrough(self.inner.call(req))
             }
-            Some(Ok(Decision::Admit { wait })) => {
+            Some(Ok(Decision::Admit { wait, turn })) => {
                 shared.counters.waited.bump();
                 let refund = Refund {
                     shared: Arc::clone(shared),
                     key: key.map(Cow::into_owned),
+                    turn,
                     armed: true,
                 };
                 let mut svc = take_ready(&mut self.inner);
@@ -181,12 +183,13 @@ where
                         .acquire(key.as_deref(), &shared.limit, max_wait)
                         .await;
                     match decided {
-                        Ok(Decision::Admit { wait }) => {
+                        Ok(Decision::Admit { wait, turn }) => {
                             if !wait.is_zero() {
                                 shared.counters.waited.bump();
                                 let mut refund = Refund {
                                     shared: Arc::clone(&shared),
                                     key,
+                                    turn,
                                     armed: true,
                                 };
                                 tokio::time::sleep(wait).await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use toolshield_store::{MemoryBounds, StoreError, StoreFuture, TtlMap, Write};
 
-use crate::gcra::{Decision, RateLimit};
+use crate::gcra::{Decision, RateLimit, Turn};
 
 /// Where the GCRA state of each key lives: in memory ([`MemoryRateLimitStore`]), or
 /// shared by every replica (`toolshield_redis::RedisRateLimitStore`).
@@ -36,9 +36,11 @@ pub trait RateLimitStore: Send + Sync + 'static {
         None
     }
 
-    /// Gives back the place an admitted call reserved and did not use (it was cancelled
-    /// while it waited). Best effort; a remote store sends it in the background.
-    fn refund(&self, key: Option<&str>, limit: &RateLimit);
+    /// Gives back the `turn` an admitted call reserved and did not use (it was cancelled
+    /// while it waited), if it is still the last turn reserved for `key`; a turn with
+    /// later ones behind it stays taken (see [`Turn`]). Best effort; a remote store
+    /// sends it in the background.
+    fn refund(&self, key: Option<&str>, limit: &RateLimit, turn: Turn);
 }
 
 /// Bytes an entry weighs besides its key.
@@ -114,7 +116,7 @@ impl MemoryRateLimitStore {
             return Self::decide_in(&self.overflow, limit, max_wait);
         }
         let now = Instant::now();
-        self.map.update(key, |found| {
+        self.map.update_at(key, now, |found| {
             let tat = found.filter(|f| f.live).map(|f| *f.value);
             match limit.decide(tat, now, max_wait) {
                 (decision, Some(next)) => (
@@ -131,10 +133,12 @@ impl MemoryRateLimitStore {
         })
     }
 
-    fn refund_in(slot: &Mutex<Option<Instant>>, limit: &RateLimit) {
+    fn refund_in(slot: &Mutex<Option<Instant>>, limit: &RateLimit, turn: Turn) {
         let mut tat = slot.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = *tat {
-            *tat = t.checked_sub(limit.interval());
+            if Turn::At(t) == turn {
+                *tat = t.checked_sub(limit.interval());
+            }
         }
     }
 }
@@ -160,17 +164,21 @@ impl RateLimitStore for MemoryRateLimitStore {
         Some(Ok(self.decide(key, limit, max_wait)))
     }
 
-    fn refund(&self, key: Option<&str>, limit: &RateLimit) {
+    fn refund(&self, key: Option<&str>, limit: &RateLimit, turn: Turn) {
         let Some(key) = key else {
-            return Self::refund_in(&self.absent, limit);
+            return Self::refund_in(&self.absent, limit, turn);
         };
         let weight = key.len() as u64 + ENTRY_OVERHEAD;
         if weight > self.map.max_weight() {
-            return Self::refund_in(&self.overflow, limit);
+            return Self::refund_in(&self.overflow, limit, turn);
         }
         let now = Instant::now();
-        self.map.update(key, |found| {
-            let Some(tat) = found.filter(|f| f.live).map(|f| *f.value) else {
+        self.map.update_at(key, now, |found| {
+            let Some(tat) = found
+                .filter(|f| f.live)
+                .map(|f| *f.value)
+                .filter(|t| Turn::At(*t) == turn)
+            else {
                 return (Write::Keep, ());
             };
             match tat.checked_sub(limit.interval()).filter(|t| *t > now) {

@@ -12,7 +12,7 @@ use toolshield_contract::ShieldRequest;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_ratelimit::{
     key_fn, ByCaller, Decision, MemoryRateLimitStore, OnStoreError, RateLimit, RateLimitConfig,
-    RateLimitLayer, RateLimitStore,
+    RateLimitLayer, RateLimitStore, Turn,
 };
 use toolshield_store::{StoreError, StoreFuture};
 use tower::util::BoxCloneService;
@@ -186,6 +186,102 @@ async fn a_waiter_cancelled_gives_its_turn_back() {
     assert_eq!(stats.snapshot().waited, 2);
 }
 
+/// A waiter cancelled in the middle of the queue keeps its turn taken: giving it back
+/// would move the key's time while the calls behind it keep theirs, and a newcomer would
+/// then start together with the last of them (two calls in one interval, over the rate).
+#[tokio::test(start_paused = true)]
+async fn a_waiter_cancelled_mid_queue_never_lets_two_calls_share_a_turn() {
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(1), 1))
+        .wait_up_to(Duration::from_secs(10));
+    let svc = layer.layer(recording(Arc::clone(&starts)));
+    let call = |n: u64| {
+        svc.clone()
+            .oneshot(ToolRequest::new("search", json!({"n": n})))
+    };
+    let t0 = Instant::now();
+    assert!(call(0).await.is_ok()); // at 0 s
+    let second = tokio::spawn(call(1)); // its turn: 1 s
+    settle().await;
+    let third = tokio::spawn(call(2)); // its turn: 2 s
+    settle().await;
+    tokio::time::advance(ms(100)).await;
+    second.abort();
+    settle().await;
+    let fourth = tokio::spawn(call(3)); // must not share 2 s with the third
+    settle().await;
+    assert!(third.await.unwrap().is_ok());
+    assert!(fourth.await.unwrap().is_ok());
+    let at: Vec<(u64, Duration)> = starts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, t)| (*n, *t - t0))
+        .collect();
+    assert_eq!(
+        at,
+        vec![
+            (0, Duration::ZERO),
+            (2, Duration::from_secs(2)),
+            (3, Duration::from_secs(3))
+        ]
+    );
+    for pair in at.windows(2) {
+        assert!(pair[1].1 - pair[0].1 >= Duration::from_secs(1), "{at:?}");
+    }
+}
+
+/// The store's own rule: only the last turn reserved is taken back.
+#[tokio::test(start_paused = true)]
+async fn the_memory_store_takes_back_only_the_last_turn() {
+    let store = MemoryRateLimitStore::default();
+    let limit = RateLimit::new(1, Duration::from_secs(1), 1);
+    let wait = Duration::from_secs(10);
+    let turn = |d: Decision| match d {
+        Decision::Admit { turn, .. } => turn,
+        Decision::Reject { .. } => panic!("rejected: {d:?}"),
+    };
+    let _first = turn(store.acquire(Some("k"), &limit, wait).await.unwrap());
+    let second = turn(store.acquire(Some("k"), &limit, wait).await.unwrap());
+    let third = turn(store.acquire(Some("k"), &limit, wait).await.unwrap());
+    // The second is not the last: nothing moves, the next turn is at 3 s.
+    store.refund(Some("k"), &limit, second);
+    let d = store
+        .acquire(Some("k"), &limit, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(
+        d,
+        Decision::Reject {
+            retry_after: Duration::from_secs(3)
+        }
+    );
+    // The third is the last: given back, the next turn is at 2 s.
+    store.refund(Some("k"), &limit, third);
+    let d = store
+        .acquire(Some("k"), &limit, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(
+        d,
+        Decision::Reject {
+            retry_after: Duration::from_secs(2)
+        }
+    );
+    // A second refund of the same turn does nothing.
+    store.refund(Some("k"), &limit, third);
+    let d = store
+        .acquire(Some("k"), &limit, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(
+        d,
+        Decision::Reject {
+            retry_after: Duration::from_secs(2)
+        }
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_caller_has_its_own_bucket_and_anonymous_calls_share_one() {
     let svc = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(60), 1))
@@ -237,7 +333,7 @@ impl RateLimitStore for Down {
         Box::pin(async { Err(StoreError::new("connection refused")) })
     }
 
-    fn refund(&self, _key: Option<&str>, _limit: &RateLimit) {}
+    fn refund(&self, _key: Option<&str>, _limit: &RateLimit, _turn: Turn) {}
 }
 
 #[tokio::test(start_paused = true)]
@@ -277,8 +373,8 @@ impl RateLimitStore for Remote {
         })
     }
 
-    fn refund(&self, key: Option<&str>, limit: &RateLimit) {
-        self.0.refund(key, limit);
+    fn refund(&self, key: Option<&str>, limit: &RateLimit, turn: Turn) {
+        self.0.refund(key, limit, turn);
     }
 }
 

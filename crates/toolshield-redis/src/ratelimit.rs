@@ -3,15 +3,15 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use toolshield_ratelimit::{Decision, RateLimit, RateLimitStore};
+use toolshield_ratelimit::{Decision, RateLimit, RateLimitStore, Turn};
 use toolshield_ratelimit::{StoreError, StoreFuture};
 
 use crate::connection::{LuaScript, RedisConnection};
 use crate::error::Error;
 
 /// GCRA on the server's clock, in microseconds. KEYS[1] = the key's TAT;
-/// ARGV = interval, tolerance, max wait. Returns `{admitted (1|0), wait}`: admitted
-/// calls move the TAT (kept until it has passed), rejected ones change nothing.
+/// ARGV = interval, tolerance, max wait. Returns `{admitted (1|0), wait, new TAT}`:
+/// admitted calls move the TAT (kept until it has passed), rejected ones change nothing.
 const ACQUIRE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -22,19 +22,19 @@ local tat = tonumber(redis.call('GET', KEYS[1]))
 if tat == nil or tat < now then tat = now end
 local wait = tat - tolerance - now
 if wait < 0 then wait = 0 end
-if wait > max_wait then return {0, wait} end
+if wait > max_wait then return {0, wait, 0} end
 local nxt = tat + interval
 redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', math.floor((nxt - now) / 1000) + 1)
-return {1, wait}
+return {1, wait, nxt}
 "#;
 
-/// Gives one interval back (a waiting call was cancelled). KEYS[1] = the TAT;
-/// ARGV[1] = interval.
+/// Gives one interval back (a waiting call was cancelled) if the call's turn is still
+/// the last one reserved. KEYS[1] = the TAT; ARGV = interval, the TAT the call set.
 const REFUND: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local tat = tonumber(redis.call('GET', KEYS[1]))
-if tat == nil then return 0 end
+if tat == nil or tat ~= tonumber(ARGV[2]) then return 0 end
 local nxt = tat - tonumber(ARGV[1])
 if nxt <= now then
   redis.call('DEL', KEYS[1])
@@ -96,8 +96,9 @@ fn micros_down(d: Duration) -> u64 {
 ///
 /// A failed or timed-out operation ([`RedisConfig::op_timeout`](crate::RedisConfig::op_timeout))
 /// is a store error; the layer fails open or closed as configured. A turn given back
-/// by a cancelled waiter is sent in the background; a call cancelled during the round trip
-/// may leave its turn reserved (the limit errs on the strict side).
+/// by a cancelled waiter is sent in the background, and taken back only while no later
+/// turn was reserved; a call cancelled during the round trip may leave its turn reserved
+/// (the limit errs on the strict side).
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -164,7 +165,7 @@ impl RedisRateLimitStore {
         let full = self.conn.key(&storage);
         let interval = micros_up(limit.interval());
         let tolerance = interval.saturating_mul(u64::from(limit.burst() - 1));
-        let (admitted, wait): (i64, i64) = self
+        let (admitted, wait, tat): (i64, i64, i64) = self
             .conn
             .eval("rate limit", &scripts().acquire, |c| {
                 c.arg(1)
@@ -176,7 +177,10 @@ impl RedisRateLimitStore {
             .await?;
         let wait = Duration::from_micros(u64::try_from(wait).unwrap_or(0));
         Ok(if admitted == 1 {
-            Decision::Admit { wait }
+            Decision::Admit {
+                wait,
+                turn: Turn::Mark(tat),
+            }
         } else {
             Decision::Reject { retry_after: wait }
         })
@@ -197,7 +201,10 @@ impl RateLimitStore for RedisRateLimitStore {
         })
     }
 
-    fn refund(&self, key: Option<&str>, limit: &RateLimit) {
+    fn refund(&self, key: Option<&str>, limit: &RateLimit, turn: Turn) {
+        let Turn::Mark(tat) = turn else {
+            return;
+        };
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -207,7 +214,7 @@ impl RateLimitStore for RedisRateLimitStore {
         handle.spawn(async move {
             let r: Result<i64, Error> = conn
                 .eval("rate limit refund", &scripts().refund, |c| {
-                    c.arg(1).arg(&*full).arg(interval);
+                    c.arg(1).arg(&*full).arg(interval).arg(tat);
                 })
                 .await;
             if let Err(e) = r {

@@ -32,6 +32,17 @@ pub enum Write<V> {
     Keep,
     /// Delete it.
     Remove,
+    /// Keep its value and give it a new weight and TTL (as a [`Put`](Self::Put) of the
+    /// same value would): for a value changed in place through interior mutability. Does
+    /// nothing when the key has no entry; an entry that no longer fits is removed.
+    Touch {
+        /// Its weight in bytes now.
+        weight: u64,
+        /// How long it is live from now.
+        ttl: Duration,
+        /// How long after its TTL it lingers (see [`Put`](Self::Put)).
+        linger: Duration,
+    },
     /// Replace it (or create it).
     Put {
         /// The new value.
@@ -127,8 +138,32 @@ impl<V> Shard<V> {
 
     /// Replaces the entry of `key` (if any) with a new one, evicting what it needs to fit.
     /// A value heavier than the shard's share of `max_bytes` is not stored.
-    fn put(&mut self, key: &str, value: V, weight: u64, ttl: Duration, linger: Duration) -> bool {
-        let now = Instant::now();
+    fn put(
+        &mut self,
+        key: &str,
+        value: V,
+        weight: u64,
+        ttl: Duration,
+        linger: Duration,
+        now: Instant,
+    ) -> bool {
+        // An entry already there whose replacement fits the bytes it frees (the count is
+        // unchanged) is overwritten in its slot: no eviction can be needed, and the key
+        // keeps its index entry and its allocation.
+        if let Some(&pos) = self.index.get(key) {
+            if let Some(Some(entry)) = self.slots.get_mut(pos) {
+                let bytes = self.bytes - entry.weight + weight;
+                if weight <= self.max_bytes && bytes <= self.max_bytes {
+                    let deadline = deadline_after(now, ttl);
+                    entry.value = value;
+                    entry.deadline = deadline;
+                    entry.keep_until = deadline_after(deadline, linger);
+                    entry.weight = weight;
+                    self.bytes = bytes;
+                    return true;
+                }
+            }
+        }
         // The old entry goes first, whatever happens to the new one: never serve a value
         // older than the one just written.
         let old = self.remove(key);
@@ -162,6 +197,27 @@ impl<V> Shard<V> {
         };
         self.index.insert(key, pos);
         true
+    }
+
+    /// Gives the entry of `key` a new weight and TTL, in place when it still fits the
+    /// shard's bytes; an entry that no longer fits is removed (as `put` would leave it).
+    fn touch(&mut self, key: &str, weight: u64, ttl: Duration, linger: Duration, now: Instant) {
+        let Some(&pos) = self.index.get(key) else {
+            return;
+        };
+        let Some(Some(entry)) = self.slots.get_mut(pos) else {
+            return;
+        };
+        let bytes = self.bytes - entry.weight + weight;
+        if weight > self.max_bytes || bytes > self.max_bytes {
+            self.remove_at(pos);
+            return;
+        }
+        let deadline = deadline_after(now, ttl);
+        entry.deadline = deadline;
+        entry.keep_until = deadline_after(deadline, linger);
+        entry.weight = weight;
+        self.bytes = bytes;
     }
 
     fn purge_expired(&mut self, now: Instant) {
@@ -309,7 +365,7 @@ impl<V> TtlMap<V> {
     /// when it is heavier than [`max_weight`](Self::max_weight) (the old entry is removed
     /// all the same). A zero `ttl` stores an entry that is never live.
     pub fn insert(&self, key: &str, value: V, weight: u64, ttl: Duration) -> bool {
-        Self::write(self.shard(key)).put(key, value, weight, ttl, Duration::ZERO)
+        Self::write(self.shard(key)).put(key, value, weight, ttl, Duration::ZERO, Instant::now())
     }
 
     /// Reads and writes the entry of `key` atomically (under the shard's write lock): `f`
@@ -317,7 +373,17 @@ impl<V> TtlMap<V> {
     /// return. A [`Write::Put`] heavier than [`max_weight`](Self::max_weight) removes the
     /// entry and stores nothing (check the weight first).
     pub fn update<R>(&self, key: &str, f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R)) -> R {
-        let now = Instant::now();
+        self.update_at(key, Instant::now(), f)
+    }
+
+    /// [`update`](Self::update) at `now`, a time the caller has just read (one clock read
+    /// for a caller that needs the time itself).
+    pub fn update_at<R>(
+        &self,
+        key: &str,
+        now: Instant,
+        f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R),
+    ) -> R {
         let mut guard = Self::write(self.shard(key));
         let found = guard.entry(key).and_then(|e| {
             (now < e.keep_until).then(|| Found {
@@ -331,13 +397,20 @@ impl<V> TtlMap<V> {
             Write::Remove => {
                 guard.remove(key);
             }
+            Write::Touch {
+                weight,
+                ttl,
+                linger,
+            } => {
+                guard.touch(key, weight, ttl, linger, now);
+            }
             Write::Put {
                 value,
                 weight,
                 ttl,
                 linger,
             } => {
-                guard.put(key, value, weight, ttl, linger);
+                guard.put(key, value, weight, ttl, linger, now);
             }
         }
         out
