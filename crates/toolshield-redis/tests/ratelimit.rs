@@ -182,12 +182,12 @@ async fn only_the_last_turn_is_taken_back() {
     for _ in 0..3 {
         match store.acquire(key, &limit, wait).await.unwrap() {
             Decision::Admit { turn, .. } => turns.push(turn),
-            d => panic!("rejected: {d:?}"),
+            d @ Decision::Reject { .. } => panic!("rejected: {d:?}"),
         }
     }
     let retry_after = |d: Decision| match d {
         Decision::Reject { retry_after } => retry_after,
-        d => panic!("admitted: {d:?}"),
+        d @ Decision::Admit { .. } => panic!("admitted: {d:?}"),
     };
     // The middle turn: nothing moves (the next turn stays about 30 s away).
     store.refund(key, &limit, turns[1]);
