@@ -455,3 +455,94 @@ impl<H: ClientHandler> ClientHandler for WithProgress<H> {
         self.inner.get_info()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{DetailedTask, NumberOrString, Task, TaskStatus};
+
+    fn token(n: i64) -> ProgressToken {
+        ProgressToken(NumberOrString::Number(n))
+    }
+
+    fn observed() -> Progress {
+        let mut p = Progress::new();
+        p.observe();
+        p
+    }
+
+    fn status(id: &str, payload: TaskPayload) -> TaskStatusNotificationParams {
+        let stamp = "2026-01-01T00:00:00Z";
+        TaskStatusNotificationParams::new(DetailedTask::new(
+            Task::new(id, TaskStatus::Working, stamp, stamp),
+            payload,
+        ))
+    }
+
+    #[test]
+    fn reports_reach_only_the_call_that_owns_the_token() {
+        let router = ProgressRouter::new();
+        let (a, b) = (observed(), observed());
+        let mut wa = ProgressWatch::new(Some(&router), &a);
+        wa.call(&token(1));
+        let mut wb = ProgressWatch::new(Some(&router), &b);
+        wb.call(&token(2));
+
+        assert!(router.route_progress(&ProgressNotificationParam::new(token(1), 0.5)));
+        assert!(!router.route_progress(&ProgressNotificationParam::new(token(3), 0.5)));
+        assert_eq!((a.reports(), b.reports()), (1, 0));
+
+        drop(wa);
+        assert!(!router.route_progress(&ProgressNotificationParam::new(token(1), 0.7)));
+        assert_eq!(a.reports(), 1, "nothing after the call ended");
+        assert_eq!(router.len(), 1);
+        drop(wb);
+        assert!(router.is_empty());
+    }
+
+    #[test]
+    fn unknown_tokens_and_tasks_grow_nothing() {
+        let router = ProgressRouter::new();
+        for n in 0..10_000 {
+            router.route_progress(&ProgressNotificationParam::new(token(n), 1.0));
+            router.route_task_status(&status(&n.to_string(), TaskPayload::Working));
+        }
+        assert!(router.is_empty());
+    }
+
+    #[test]
+    fn a_replaced_registration_is_not_removed_by_the_old_guard() {
+        // A server that reuses a task id: the later call keeps its registration.
+        let router = ProgressRouter::new();
+        let (first, second) = (observed(), observed());
+        let w1 = ProgressWatch::new(Some(&router), &first);
+        let w2 = ProgressWatch::new(Some(&router), &second);
+        let t1 = w1.task("same");
+        let t2 = w2.task("same");
+        drop(t1);
+        assert!(router.route_task_status(&status("same", TaskPayload::Working)));
+        assert_eq!((first.reports(), second.reports()), (0, 1));
+        drop(t2);
+        assert!(router.is_empty());
+    }
+
+    #[test]
+    fn only_a_working_status_is_a_heartbeat() {
+        let router = ProgressRouter::new();
+        let p = observed();
+        let watch = ProgressWatch::new(Some(&router), &p);
+        let _task = watch.task("t");
+        assert!(!router.route_task_status(&status("t", TaskPayload::Cancelled)));
+        assert!(router.route_task_status(&status("t", TaskPayload::Working)));
+        assert_eq!(p.reports(), 1);
+    }
+
+    #[test]
+    fn an_unobserved_call_without_an_idle_clock_is_not_registered() {
+        let router = ProgressRouter::new();
+        let mut watch = ProgressWatch::new(Some(&router), &Progress::new());
+        watch.call(&token(1));
+        let _task = watch.task("t");
+        assert!(router.is_empty());
+    }
+}
