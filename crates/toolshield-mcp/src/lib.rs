@@ -24,6 +24,10 @@
 //!   [`TASK_POLL_HINT_MAX`]) within the call's deadline, cancelled with `tasks/cancel` when
 //!   the call is cancelled, times out or is dropped, and its id is recorded under
 //!   [`RELATED_TASK_META`] in the output's `_meta`.
+//! - Progress: the server's `notifications/progress` for a call (and, for a task, each
+//!   poll or status notification that says it is working) are reported on the request's
+//!   progress handle, so the attempt timeout's idle limit and provenance see them
+//!   ([`ProgressRouter`], [`WithProgress`]; set up by [`McpClientService::connect`]).
 //!
 //! It is the innermost service of the default stack: the attempt timeout drops its
 //! future, which abandons the request and tells the server; the server may still finish
@@ -69,6 +73,7 @@
 
 mod cancel;
 mod map;
+mod progress;
 mod service;
 mod task;
 
@@ -77,5 +82,6 @@ pub use map::{
     map_call_error, map_protocol_error, map_result, map_service_error, result_text, IsErrorPolicy,
     MAX_MESSAGE,
 };
+pub use progress::{ProgressRouter, WithProgress};
 pub use service::{McpClientService, McpFuture, McpTool};
 pub use task::{RELATED_TASK_META, TASK_POLL_FIRST, TASK_POLL_HINT_MAX, TASK_POLL_MAX};

@@ -19,6 +19,7 @@ use tower_service::Service;
 
 use crate::cancel::CancelNotice;
 use crate::map::{map_call_error, map_result, IsErrorPolicy};
+use crate::progress::{ProgressRouter, ProgressWatch, WithProgress};
 use crate::task::TaskCall;
 
 /// The future of [`McpClientService`] and [`McpTool`].
@@ -44,6 +45,13 @@ pub type McpFuture = Pin<Box<dyn Future<Output = Result<ToolResponse, ToolError>
 ///
 /// A call the server answers with an MCP task is followed to its end as one call: polled
 /// with `tasks/get`, cancelled with `tasks/cancel`; see `docs/mcp.md`.
+///
+/// The server's progress reaches the call: `notifications/progress` for the call's
+/// progress token (and, for a task, each poll or status notification that says it is
+/// still working) is reported on the request's progress handle, which resets the attempt
+/// timeout's idle limit and is counted for provenance. [`connect`](Self::connect) sets
+/// this up; a client given to [`new`](Self::new) needs a [`WithProgress`] handler and
+/// [`with_progress_router`](Self::with_progress_router).
 #[derive(Clone)]
 pub struct McpClientService {
     peer: Peer<RoleClient>,
@@ -51,6 +59,8 @@ pub struct McpClientService {
     keep_alive: Option<Arc<dyn Send + Sync>>,
     server: Option<Arc<str>>,
     policy: IsErrorPolicy,
+    /// Where the client's handler sends the server's progress, if it does.
+    progress: Option<ProgressRouter>,
 }
 
 impl fmt::Debug for McpClientService {
@@ -59,6 +69,7 @@ impl fmt::Debug for McpClientService {
             .field("server", &self.server)
             .field("policy", &self.policy)
             .field("owns_client", &self.keep_alive.is_some())
+            .field("progress", &self.progress)
             .finish_non_exhaustive()
     }
 }
@@ -66,6 +77,10 @@ impl fmt::Debug for McpClientService {
 impl McpClientService {
     /// Takes over a running `rmcp` client: the connection lives as long as any clone of
     /// this service.
+    ///
+    /// The server's progress notifications reach the calls only if the client's handler
+    /// is a [`WithProgress`] whose router is given to
+    /// [`with_progress_router`](Self::with_progress_router).
     #[must_use]
     pub fn new<H>(client: RunningService<RoleClient, H>) -> Self
     where
@@ -78,10 +93,12 @@ impl McpClientService {
             keep_alive: Some(Arc::new(client)),
             server: None,
             policy: IsErrorPolicy::default(),
+            progress: None,
         }
     }
 
-    /// Uses a client peer whose connection is kept alive elsewhere.
+    /// Uses a client peer whose connection is kept alive elsewhere. As with
+    /// [`new`](Self::new), progress needs [`with_progress_router`](Self::with_progress_router).
     #[must_use]
     pub fn from_peer(peer: Peer<RoleClient>) -> Self {
         McpClientService {
@@ -89,6 +106,7 @@ impl McpClientService {
             keep_alive: None,
             server: None,
             policy: IsErrorPolicy::default(),
+            progress: None,
         }
     }
 
@@ -110,17 +128,35 @@ impl McpClientService {
 
     /// Connects an `rmcp` client configured by [`client_config`](Self::client_config)
     /// over `transport` (a `tokio::io::duplex` half, a child process, a stream) and takes
-    /// it over. A failed handshake is `CONNECTION_FAILED`.
+    /// it over. Its handler forwards the server's progress notifications to the calls
+    /// ([`WithProgress`]). A failed handshake is `CONNECTION_FAILED`.
     pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
     where
         T: IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let client = Self::client_config()
+        let handler = WithProgress::new(Self::client_config());
+        let router = handler.router().clone();
+        let client = handler
             .serve(transport)
             .await
             .map_err(|e| ToolError::from_source(ErrorKind::ConnectionFailed, e))?;
-        Ok(McpClientService::new(client))
+        Ok(McpClientService::new(client).with_progress_router(router))
+    }
+
+    /// Registers each call's progress token (and task) in `router` while the call runs,
+    /// so the progress notifications that the client's handler gives `router` reach the
+    /// call. Use the router of the [`WithProgress`] handler of this service's client (one
+    /// router per connection).
+    #[must_use]
+    pub fn with_progress_router(mut self, router: ProgressRouter) -> Self {
+        self.progress = Some(router);
+        self
+    }
+
+    /// The router this service registers its calls in, if any.
+    pub fn progress_router(&self) -> Option<&ProgressRouter> {
+        self.progress.as_ref()
     }
 
     /// Strips `{server}__` from tool names before calling (the MCP-style names of
@@ -164,6 +200,7 @@ impl McpClientService {
         // The future keeps the connection alive too: `oneshot` drops the service first.
         let keep_alive = self.keep_alive.clone();
         let policy = self.policy;
+        let progress_router = self.progress.clone();
         let name = name.to_owned();
         Box::pin(async move {
             let arguments = match req.payload() {
@@ -201,10 +238,10 @@ impl McpClientService {
             // From here the server may be working on it: until the answer arrives, a fired
             // token or a dropped future sends `notifications/cancelled` (once).
             let mut notice = CancelNotice::new(peer.clone(), handle.id.clone());
-            // PROGRESS HOOK: `handle.progress_token` is the token the server's
-            // `notifications/progress` reports carry for this call. Forwarding them to the
-            // call's progress handle (for the progress-aware idle timeout) belongs here,
-            // alongside the wait below; see docs/mcp.md, "Progress notifications".
+            // Until the call ends (a task too: its reports keep this token) or its future
+            // is dropped, the server's reports for this token reach the call's handle.
+            let mut progress = ProgressWatch::new(progress_router.as_ref(), req.progress());
+            progress.call(&handle.progress_token);
             let answer = tokio::select! {
                 biased;
                 () = token.cancelled() => {
@@ -226,6 +263,7 @@ impl McpClientService {
                         deadline: req.deadline_at(),
                         kind,
                         policy,
+                        progress: &progress,
                     }
                     .follow(created)
                     .await
@@ -240,6 +278,7 @@ impl McpClientService {
                 ))),
                 Err(e) => Err(map_call_error(&name, e, kind)),
             };
+            drop(progress);
             drop(keep_alive);
             response
         })

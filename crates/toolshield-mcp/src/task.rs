@@ -14,6 +14,7 @@ use toolshield_core::{CallKind, ErrorKind, ToolError, ToolResponse};
 
 use crate::cancel::TaskCancel;
 use crate::map::{capped, map_call_error, map_protocol_error, map_result, IsErrorPolicy};
+use crate::progress::ProgressWatch;
 
 /// The `_meta` key under which a response that came from a task records it:
 /// `output._meta["io.modelcontextprotocol/related-task"].taskId`.
@@ -37,6 +38,9 @@ pub(crate) struct TaskCall<'a> {
     pub(crate) deadline: Option<Instant>,
     pub(crate) kind: CallKind,
     pub(crate) policy: IsErrorPolicy,
+    /// The call's progress: a poll or status notification that says "working" is a
+    /// heartbeat, so the idle limit does not cut a task the server is working on.
+    pub(crate) progress: &'a ProgressWatch,
 }
 
 /// The wait before the next poll: toolshield's backoff, or the server's hint when longer
@@ -77,6 +81,7 @@ impl TaskCall<'_> {
         // Armed until the task reaches a terminal status: every other way out (cancel,
         // deadline, a poll that failed, the future dropped) asks the server to stop it.
         let mut guard = TaskCancel::new(self.peer.clone(), task_id.clone());
+        let _status = self.progress.task(&task_id);
         let mut backoff = TASK_POLL_FIRST;
         let mut hint = created.task.poll_interval_ms;
         loop {
@@ -121,7 +126,10 @@ impl TaskCall<'_> {
             };
             hint = detailed.task.poll_interval_ms;
             match detailed.payload {
-                TaskPayload::Working => {}
+                TaskPayload::Working => {
+                    self.progress
+                        .working(detailed.task.status_message.as_deref());
+                }
                 TaskPayload::Completed { result } => {
                     guard.disarm();
                     let result: CallToolResult = serde_json::from_value(Value::Object(result))
