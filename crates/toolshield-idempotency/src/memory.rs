@@ -154,6 +154,13 @@ impl InMemoryIdempotencyStore {
 }
 
 impl IdempotencyStore for InMemoryIdempotencyStore {
+    #[inline]
+    fn finished_now(&self, key: &str) -> Option<Arc<IdempotencyRecord>> {
+        self.entries
+            .get(key, |rec, _| rec.is_finished().then(|| Arc::clone(rec)))
+            .flatten()
+    }
+
     fn claim<'a>(
         &'a self,
         key: &'a str,

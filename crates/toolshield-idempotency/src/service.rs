@@ -49,6 +49,14 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
                 Ok(None) => return ResponseFuture::passthrough(inner.call(req)),
                 Err(e) => return ResponseFuture::ready(Err(e)),
             };
+        // A replay from a store that answers at once (in memory): decided here, with no
+        // claim and no future to box. The digest is kept on the request for `run`.
+        if let Some(rec) = self.shared.store.finished_now(&skey) {
+            return ResponseFuture::ready(match req.payload_digest() {
+                Ok(hash) => replay(&self.shared, &rec, hash, req.tool()),
+                Err(e) => Err(e),
+            });
+        }
         // The ready service goes into the future; the service keeps an unready clone.
         let svc = take_ready(inner);
         let shared = Arc::clone(&self.shared);
@@ -179,6 +187,46 @@ impl ClaimGuard {
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
         self.spawn_cleanup();
+    }
+}
+
+/// What a call finds in `rec`, a record of its key that another call wrote: the
+/// replayed outcome when it is finished and `payload_hash` matches,
+/// `IDEMPOTENCY_KEY_REUSED` when the payload differs. A PENDING record with the same
+/// payload is the caller's to wait on; here it is `IN_PROGRESS`.
+fn replay(
+    shared: &Shared,
+    rec: &IdempotencyRecord,
+    payload_hash: Digest,
+    tool: &str,
+) -> Result<ToolResponse, ToolError> {
+    let counters = &shared.counters;
+    if rec.payload_hash != payload_hash {
+        counters.conflicts.bump();
+        return Err(reused(tool));
+    }
+    match rec.status {
+        RecordStatus::Completed => {
+            counters.replays.bump();
+            let Some(mut resp) = rec.result.clone() else {
+                return Err(ToolError::internal(
+                    "completed idempotency record without a result",
+                ));
+            };
+            resp.provenance.replayed = true;
+            Ok(resp)
+        }
+        RecordStatus::Failed => {
+            counters.replays.bump();
+            Err(match &rec.error {
+                Some(e) => e.to_error(),
+                None => ToolError::internal("failed idempotency record without an error"),
+            })
+        }
+        RecordStatus::Pending => {
+            counters.in_progress.bump();
+            Err(in_progress(tool))
+        }
     }
 }
 
@@ -381,51 +429,29 @@ where
                 break Lease::new(sent, cfg.lease);
             }
             Ok(ClaimOutcome::Existing(rec)) => {
-                if rec.payload_hash != payload_hash {
-                    counters.conflicts.bump();
-                    return Err(reused(&tool));
+                // A finished record, or another payload: answered from the record.
+                if rec.is_finished() || rec.payload_hash != payload_hash {
+                    return replay(&shared, &rec, payload_hash, &tool);
                 }
-                match rec.status {
-                    RecordStatus::Completed => {
-                        counters.replays.bump();
-                        let Some(mut resp) = rec.result.clone() else {
-                            return Err(ToolError::internal(
-                                "completed idempotency record without a result",
-                            ));
-                        };
-                        resp.provenance.replayed = true;
-                        return Ok(resp);
+                // A PENDING claim of the same call.
+                match cfg.on_pending {
+                    OnPending::FailFast => {
+                        return replay(&shared, &rec, payload_hash, &tool);
                     }
-                    RecordStatus::Failed => {
-                        counters.replays.bump();
-                        return Err(match &rec.error {
-                            Some(e) => e.to_error(),
-                            None => {
-                                ToolError::internal("failed idempotency record without an error")
-                            }
-                        });
+                    OnPending::Wait => {
+                        if !waited {
+                            waited = true;
+                            counters.waits.bump();
+                        }
+                        let now = Instant::now();
+                        if now >= wait_until {
+                            return replay(&shared, &rec, payload_hash, &tool);
+                        }
+                        tokio::time::sleep(interval.min(wait_until - now)).await;
+                        interval = interval
+                            .saturating_mul(2)
+                            .min(cfg.max_poll_interval.max(cfg.poll_interval));
                     }
-                    RecordStatus::Pending => match cfg.on_pending {
-                        OnPending::FailFast => {
-                            counters.in_progress.bump();
-                            return Err(in_progress(&tool));
-                        }
-                        OnPending::Wait => {
-                            if !waited {
-                                waited = true;
-                                counters.waits.bump();
-                            }
-                            let now = Instant::now();
-                            if now >= wait_until {
-                                counters.in_progress.bump();
-                                return Err(in_progress(&tool));
-                            }
-                            tokio::time::sleep(interval.min(wait_until - now)).await;
-                            interval = interval
-                                .saturating_mul(2)
-                                .min(cfg.max_poll_interval.max(cfg.poll_interval));
-                        }
-                    },
                 }
             }
         }

@@ -269,6 +269,17 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         self.claim(key, claim.record(lease), lease)
     }
 
+    /// The finished record (COMPLETED or FAILED) under `key`, without I/O, when the store
+    /// can answer at once (an in-memory store): the layer then answers a replay in `call`,
+    /// with no future to box and no claim. `None` when there is no finished record, or
+    /// when the store cannot answer without I/O (the default): the layer claims as usual.
+    /// A finished record never changes until it expires or is removed, so answering from
+    /// it is what a claim would have answered.
+    fn finished_now(&self, key: &str) -> Option<Arc<IdempotencyRecord>> {
+        let _ = key;
+        None
+    }
+
     /// Replaces the PENDING record owned by `owner` with `record`, COMPLETED or FAILED (its
     /// status says which), kept for `ttl`. `Ok(false)` when the owner check fails (nothing
     /// written). A PENDING `record` is a [`StoreError`] (nothing written).

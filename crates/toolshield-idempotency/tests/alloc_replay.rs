@@ -1,5 +1,5 @@
 //! A replay from the in-memory store allocates a small, fixed number of times: no copy of
-//! the stored record, no PENDING record, no owner token from the OS.
+//! the stored record, no PENDING record, no owner token, no boxed future.
 //!
 //! One test in this file: the counting allocator sees every thread of the process.
 
@@ -15,10 +15,10 @@ use tower::{Layer, Service};
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
-/// The allocations the layer may add to one replay: the boxed call future, the storage
-/// key (built, then grown once), the owner token, the store's boxed answer, and what the
-/// canonical payload digest needs.
-const MAX_EXTRA_PER_REPLAY: usize = 8;
+/// The allocations the layer may add to one replay from the in-memory store: the storage
+/// key and the copy of the stored response (its JSON); one to spare. A replay is answered
+/// in `call`: no boxed future, no owner token, no claim.
+const MAX_EXTRA_PER_REPLAY: usize = 3;
 
 fn pay() -> ToolRequest {
     ToolRequest::new(
