@@ -36,7 +36,7 @@ use toolshield_ratelimit::{ConfiguredKey as RateKeyOf, RateLimitLayer};
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use toolshield_validate::{Schema, ValidateLayer};
-use tower::util::{BoxCloneSyncService, Either, MapRequestLayer};
+use tower::util::{BoxCloneSyncService, Either, MapFutureLayer, MapRequestLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::config::{ShieldConfig, ToolConfig};
@@ -80,6 +80,10 @@ struct Kept {
     reload: Mutex<()>,
     /// The call counts of agent runs, shared by every tool (`[runs]`).
     ledger: BudgetLedger,
+    /// The flow-control layers of each tool, built when the tool is first wrapped and
+    /// shared by every later wrap of the same name: one bulkhead, one rate bucket, one
+    /// latency window per tool, exported once.
+    flows: Mutex<BTreeMap<String, Flow>>,
 }
 
 /// The flow-control layers of one wrapped tool, built when it is wrapped: their state
@@ -161,6 +165,10 @@ impl Flow {
             exporter.add_collector(ChaosMetrics::new(Arc::clone(l.stats()), target));
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -452,6 +460,7 @@ impl Shield {
             exporter: RwLock::new(None),
             reload: Mutex::new(()),
             ledger: BudgetLedger::from_config(&config.runs).map_err(|e| e.prefixed("runs"))?,
+            flows: Mutex::new(BTreeMap::new()),
         };
         // Metrics go to the process's global `metrics` recorder until `with_metrics`
         // points them at an exporter; without a recorder they cost next to nothing.
@@ -489,6 +498,10 @@ impl Shield {
             self.kept.ledger.clone(),
             exporter.target(),
         ));
+        // Tools wrapped before the exporter was attached.
+        for (tool, flow) in lock(&self.kept.flows).iter() {
+            flow.export(tool, exporter);
+        }
         *write(&self.kept.exporter) = Some(exporter.clone());
         self.policies.publish(Policies {
             generation: 0,
@@ -658,15 +671,7 @@ impl Shield {
     where
         S: ToolService,
     {
-        let flow = {
-            let current = self.policies.load();
-            Flow::new(
-                &self.kept,
-                tool,
-                current.config.tool(tool),
-                &current.layers(tool).retry,
-            )
-        };
+        let flow = self.flow(tool);
         if let Some(exporter) = read(&self.kept.exporter).as_ref() {
             if let Some(chain) = &fallback {
                 exporter.add_collector(FallbackMetrics::new(
@@ -675,7 +680,6 @@ impl Shield {
                     exporter.target(),
                 ));
             }
-            flow.export(tool, exporter);
         }
         let tool: Arc<str> = Arc::from(tool);
         let provenance = self.provenance.clone();
@@ -691,6 +695,27 @@ impl Shield {
                 service.clone(),
             )
         })
+    }
+
+    /// The flow-control layers of `tool`: built (and exported) at its first wrap, the
+    /// same ones for every later wrap, so a limit per tool holds across all of them.
+    fn flow(&self, tool: &str) -> Flow {
+        let mut flows = lock(&self.kept.flows);
+        if let Some(flow) = flows.get(tool) {
+            return flow.clone();
+        }
+        let current = self.policies.load();
+        let flow = Flow::new(
+            &self.kept,
+            tool,
+            current.config.tool(tool),
+            &current.layers(tool).retry,
+        );
+        if let Some(exporter) = read(&self.kept.exporter).as_ref() {
+            flow.export(tool, exporter);
+        }
+        flows.insert(tool.to_owned(), flow.clone());
+        flow
     }
 
     /// Starts a router whose tools are wrapped by this shield.
@@ -742,6 +767,9 @@ fn tool_stack<S: ToolService>(
         .layer(l.idempotency)
         .option_layer(fallback)
         .layer(l.retry)
+        // Boxed once per attempt: the layers above carry a pointer to the attempt's
+        // future instead of moving the futures of every layer below at each step.
+        .layer(MapFutureLayer::new(box_attempt))
         .option_layer(flow.hedge.clone())
         .layer(metrics.attempt_layer())
         .option_layer(flow.rate_limit.clone())
@@ -753,6 +781,18 @@ fn tool_stack<S: ToolService>(
         .layer(catch_panic())
         .service(service);
     Either::Left(stack)
+}
+
+/// The future of one attempt, boxed.
+type AttemptFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<ToolResponse, ToolError>> + Send + 'static>,
+>;
+
+fn box_attempt<F>(future: F) -> AttemptFuture
+where
+    F: std::future::Future<Output = Result<ToolResponse, ToolError>> + Send + 'static,
+{
+    Box::pin(future)
 }
 
 /// Catches a tool's panic: the caller gets `INTERNAL`, the text goes to the log.

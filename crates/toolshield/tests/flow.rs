@@ -320,3 +320,50 @@ async fn a_call_with_invalid_arguments_spends_the_budget_too() {
     assert_eq!(e.kind(), ErrorKind::BudgetExhausted);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+/// A limit per tool holds across every wrap of the tool: two services wrapped under one
+/// name share one bulkhead and one rate bucket, and `/metrics` shows each series once.
+#[tokio::test(start_paused = true)]
+async fn two_wraps_of_one_tool_share_its_bulkhead_rate_limit_and_series() {
+    let exporter = toolshield::metrics::local_prometheus();
+    let shield = shield(
+        r#"
+        [tools.slow]
+        kind = "read_only"
+        retry = { max_attempts = 1 }
+        bulkhead = { max_concurrent = 1, max_queue = 0 }
+        rate_limit = { rate = 3, period = "10s", burst = 3, on_limit = "reject" }
+        "#,
+    )
+    .with_metrics(&exporter)
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (tool, calls) = counting(Duration::from_secs(1));
+    let a = shield.wrap("slow", tool.clone());
+    let b = shield.wrap("slow", tool);
+    let req = |i: u32| ToolRequest::new("slow", json!({ "i": i })).kind(CallKind::ReadOnly);
+    let first = tokio::spawn(a.clone().oneshot(req(1)));
+    tokio::task::yield_now().await;
+    // The other wrap finds the one permit taken.
+    let e = b.clone().oneshot(req(2)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Overloaded);
+    assert!(first.await.unwrap().is_ok());
+    // One bucket of three turns for both wraps (the rate limit sits outside the bulkhead,
+    // so the call the bulkhead refused took a turn too): a third call gets the last turn,
+    // then the bucket is empty for either wrap.
+    assert!(b.clone().oneshot(req(3)).await.is_ok());
+    let e = a.oneshot(req(4)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RateLimited);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let text = exporter.render();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("tool=\"slow\""))
+        .filter(|l| l.starts_with("tool_bulkhead") || l.starts_with("tool_rate_limit"))
+        .map(|l: &str| l.rsplit_once(" ").map_or(l, |(name, _)| name))
+        .collect();
+    assert!(!series.is_empty(), "{text}");
+    let mut unique = series.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(series.len(), unique.len(), "a series twice: {series:?}");
+}

@@ -1,0 +1,37 @@
+//! The size of the default stack's call future, the bytes each call moves through the
+//! layers: kept in check so that a layer added to the stack does not silently grow it.
+
+use std::mem::size_of_val;
+
+use serde_json::json;
+use toolshield::prelude::*;
+use toolshield_test::BareTool;
+use tower::Service;
+
+const CONFIG: &str = r#"
+[tools.weather]
+kind = "read_only"
+cache = { ttl = "10m" }
+
+[tools.quote]
+kind = "read_only"
+"#;
+
+#[tokio::test]
+async fn the_stack_future_stays_small() {
+    let shield =
+        Shield::from_config(ShieldConfig::from_toml_str(CONFIG).expect("config")).expect("shield");
+    let mut bare = BareTool;
+    let bare_size = size_of_val(&bare.call(ToolRequest::new("quote", json!({}))));
+    let mut svc = shield.wrap("quote", BareTool);
+    let fut = svc.call(ToolRequest::new("quote", json!({})).kind(CallKind::ReadOnly));
+    let stack_size = size_of_val(&fut);
+    drop(fut);
+    let request = std::mem::size_of::<ToolRequest>();
+    let result = std::mem::size_of::<Result<ToolResponse, ToolError>>();
+    println!("future sizes: bare {bare_size} B, default stack {stack_size} B; ToolRequest {request} B, Result {result} B");
+    assert!(
+        stack_size <= 4096,
+        "the stack's future is {stack_size} bytes"
+    );
+}
