@@ -29,7 +29,8 @@ async fn the_stack_future_stays_small() {
     drop(fut);
     let request = std::mem::size_of::<ToolRequest>();
     let result = std::mem::size_of::<Result<ToolResponse, ToolError>>();
-    println!("future sizes: bare {bare_size} B, default stack {stack_size} B; ToolRequest {request} B, Result {result} B");
+    let service = size_of_val(&svc);
+    println!("future sizes: bare {bare_size} B, default stack {stack_size} B; the stack service {service} B; ToolRequest {request} B, Result {result} B");
     assert!(
         stack_size <= 4096,
         "the stack's future is {stack_size} bytes"
