@@ -71,7 +71,7 @@ pub use layer::IdempotencyLayer;
 pub use memory::InMemoryIdempotencyStore;
 pub use service::Idempotency;
 pub use store::{
-    ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim, RecordStatus, StoreError,
-    StoreFuture, StoredError,
+    check_resume_token, ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim,
+    RecordStatus, StoreError, StoreFuture, StoredError, MAX_RESUME_TOKEN_LEN,
 };
 pub use toolshield_store::MemoryBounds;

@@ -8,7 +8,10 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::time::Instant;
 use toolshield_core::config::deadline_after;
-use toolshield_core::{CallKind, Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{
+    CallKind, Digest, ErrorKind, Resume, ResumeFuture, ResumeSink, ShieldRequest, ToolError,
+    ToolRequest, ToolResponse,
+};
 use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
@@ -17,7 +20,9 @@ use crate::future::ResponseFuture;
 use crate::handle::Shared;
 use crate::key::resolve;
 use crate::layer::IdempotencyLayer;
-use crate::store::{ClaimOutcome, IdempotencyRecord, PendingClaim, RecordStatus, StoreFuture};
+use crate::store::{
+    check_resume_token, ClaimOutcome, IdempotencyRecord, PendingClaim, RecordStatus, StoreFuture,
+};
 
 /// The idempotency service: see [`IdempotencyLayer`]. A [`StoreService`] whose
 /// [`StorePath`] is the layer's.
@@ -337,7 +342,7 @@ where
     };
 
     // ----- claim, replay, wait -----
-    let lease = loop {
+    let (lease, resume) = loop {
         let sent = Instant::now();
         let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent, cfg.wait_timeout));
         // While the claim is in flight, a drop (or a failure: a claim that timed out may
@@ -374,11 +379,24 @@ where
                     }
                 };
             }
-            Ok(ClaimOutcome::Claimed) => break Lease::new(sent, cfg.lease),
-            Ok(ClaimOutcome::TakenOver) => {
+            Ok(ClaimOutcome::Claimed) => break (Lease::new(sent, cfg.lease), None),
+            Ok(ClaimOutcome::TakenOver { resume }) => {
                 counters.takeovers.bump();
-                tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome");
-                break Lease::new(sent, cfg.lease);
+                // A token read from a shared store is checked like one about to be written:
+                // anything else is not resumed from.
+                let resume = match resume {
+                    Some(token) if check_resume_token(&token).is_err() => {
+                        tracing::warn!(tool = %tool, "idempotency: ignored a malformed resume token on a claim taken over");
+                        None
+                    }
+                    other => other,
+                };
+                if resume.is_some() {
+                    tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome; resuming its recorded work");
+                } else {
+                    tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome");
+                }
+                break (Lease::new(sent, cfg.lease), resume);
             }
             Ok(ClaimOutcome::Existing(rec)) => {
                 if rec.payload_hash != payload_hash {
@@ -439,6 +457,7 @@ where
         execution_id,
         lease,
         guard,
+        resume,
     };
     Box::pin(execute(shared, svc, req, owned)).await
 }
@@ -450,13 +469,64 @@ struct Claimed {
     execution_id: uuid::Uuid,
     lease: Lease,
     guard: ClaimGuard,
+    /// The resume token of the claim taken over, if it carried one.
+    resume: Option<String>,
+}
+
+/// The [`ResumeSink`] of a claimed call: records a resume token on the claim's PENDING
+/// record, fenced by the claim's owner token, and hands out the token of the claim taken
+/// over.
+struct ClaimResume {
+    shared: Arc<Shared>,
+    tool: Arc<str>,
+    key: String,
+    owner: String,
+    from: Option<String>,
+}
+
+impl ResumeSink for ClaimResume {
+    fn resume_from(&self) -> Option<&str> {
+        self.from.as_deref()
+    }
+
+    fn record<'a>(&'a self, token: &'a str) -> ResumeFuture<'a> {
+        Box::pin(async move {
+            let tool = &self.tool;
+            if let Err(e) = check_resume_token(token) {
+                return Err(ToolError::invalid_input(format!(
+                    "resume token for `{tool}` refused: {e}"
+                )));
+            }
+            let lease = self.shared.config.lease;
+            match self
+                .shared
+                .store
+                .mark_resume(&self.key, &self.owner, token, lease)
+                .await
+            {
+                Ok(true) => Ok(true),
+                Ok(false) => {
+                    tracing::warn!(tool = %tool, "idempotency: the claim was lost before its resume token was recorded");
+                    Ok(false)
+                }
+                Err(e) => {
+                    self.shared.counters.store_errors.bump();
+                    Err(ToolError::new(
+                        ErrorKind::StoreUnavailable,
+                        format!("resume token for `{tool}` could not be recorded"),
+                    )
+                    .with_source(e))
+                }
+            }
+        })
+    }
 }
 
 /// Runs the call under the claim `c`, renewing the lease, and records its outcome.
 async fn execute<S>(
     shared: Arc<Shared>,
     mut svc: S,
-    req: ToolRequest,
+    mut req: ToolRequest,
     c: Claimed,
 ) -> Result<ToolResponse, ToolError>
 where
@@ -471,10 +541,22 @@ where
         execution_id,
         mut lease,
         mut guard,
+        resume,
     } = c;
     // Owned copies: the guard is updated while they are in use (a first execution only).
     let skey = guard.key.clone();
     let owner = guard.owner.clone();
+    // The inner service may record where its work can be resumed (an MCP task id), and
+    // learns what to resume from after a takeover.
+    if let Some(state) = req.call_state_mut() {
+        state.set_resume(Some(Resume::new(Arc::new(ClaimResume {
+            shared: Arc::clone(&shared),
+            tool: Arc::clone(&tool),
+            key: skey.clone(),
+            owner: owner.clone(),
+            from: resume,
+        }))));
+    }
     // ----- we own the key: call, renewing the lease -----
     let mutating = req.call_kind() == CallKind::Mutating;
     guard.on_drop = OnDrop::Release;
