@@ -627,10 +627,18 @@ where
         }
         Err(e) if mutating && outcome_unknown_after(e.kind()) => {
             counters.outcome_unknown.bump();
+            let said;
             let what = match e.kind() {
                 ErrorKind::Timeout => "timed out after it was sent",
                 ErrorKind::Internal => "failed inside the tool layer after it was sent",
-                _ => "ended without a known outcome",
+                // The tool said why (e.g. an MCP task that could not be resumed): keep it.
+                _ => {
+                    said = format!(
+                        "ended without a known outcome ({})",
+                        cut(e.message(), MAX_INNER_MESSAGE)
+                    );
+                    said.as_str()
+                }
             };
             let err = outcome_unknown(&tool, what).with_source(e);
             let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &err, cfg.record_ttl);
@@ -741,6 +749,22 @@ where
         }
     }
 }
+/// The longest part of an inner error's message kept in an `OUTCOME_UNKNOWN` message
+/// (and record), in bytes.
+const MAX_INNER_MESSAGE: usize = 512;
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 fn outcome_unknown(tool: &str, what: &str) -> ToolError {
     ToolError::new(
         ErrorKind::OutcomeUnknown,
