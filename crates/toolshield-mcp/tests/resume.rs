@@ -184,6 +184,13 @@ where
     panic!("the first call never got where it should crash");
 }
 
+/// `fut`, or a panic if it hangs (an hour of the paused clock passes in no time).
+async fn bounded<T>(fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(3600), fut)
+        .await
+        .expect("the call must end")
+}
+
 fn task_id_of(res: &ToolResponse) -> &Value {
     &res.output["_meta"][RELATED_TASK_META]["taskId"]
 }
@@ -211,9 +218,7 @@ async fn a_duplicate_after_a_crash_resumes_the_task_instead_of_calling_the_tool_
     log.finish.store(true, Ordering::SeqCst);
     let polls_before = log.polls_of("task-0");
 
-    let res = layer
-        .layer(client.clone())
-        .oneshot(charge())
+    let res = bounded(layer.layer(client.clone()).oneshot(charge()))
         .await
         .expect("the duplicate resumes the task to its result");
 
@@ -232,9 +237,7 @@ async fn a_duplicate_after_a_crash_resumes_the_task_instead_of_calling_the_tool_
     assert_eq!(rec.resume, None);
 
     // A third call is a plain replay of that result.
-    let again = layer
-        .layer(client.clone())
-        .oneshot(charge())
+    let again = bounded(layer.layer(client.clone()).oneshot(charge()))
         .await
         .expect("replay");
     assert!(again.provenance.replayed);
@@ -302,9 +305,7 @@ async fn without_a_recorded_task_a_takeover_calls_the_tool_again() {
 
     advance(LEASE + LEASE / 2).await;
     log.finish.store(true, Ordering::SeqCst);
-    let res = layer
-        .layer(client.clone())
-        .oneshot(charge())
+    let res = bounded(layer.layer(client.clone()).oneshot(charge()))
         .await
         .expect("runs again");
 
@@ -335,9 +336,7 @@ async fn a_task_the_server_no_longer_knows_is_outcome_unknown_and_never_run_agai
         .unwrap());
     advance(LEASE + LEASE / 2).await;
 
-    let err = layer
-        .layer(client.clone())
-        .oneshot(charge())
+    let err = bounded(layer.layer(client.clone()).oneshot(charge()))
         .await
         .expect_err("the task cannot be resumed");
 
@@ -350,9 +349,7 @@ async fn a_task_the_server_no_longer_knows_is_outcome_unknown_and_never_run_agai
     let rec = store.get(&key()).await.unwrap().expect("kept");
     assert_eq!(rec.status, RecordStatus::Failed, "kept for reconciliation");
 
-    let again = layer
-        .layer(client.clone())
-        .oneshot(charge())
+    let again = bounded(layer.layer(client.clone()).oneshot(charge()))
         .await
         .expect_err("replayed");
     assert_eq!(again.kind(), ErrorKind::OutcomeUnknown);
@@ -364,7 +361,9 @@ async fn a_call_without_idempotency_starts_its_task_as_before() {
     let (client, log) = start().await;
     log.finish.store(true, Ordering::SeqCst);
 
-    let res = client.clone().oneshot(charge()).await.expect("completes");
+    let res = bounded(client.clone().oneshot(charge()))
+        .await
+        .expect("completes");
 
     assert_eq!(task_id_of(&res), "task-0");
     assert_eq!(log.calls(), 1);
