@@ -104,15 +104,14 @@ impl InMemoryIdempotencyStore {
         }
         let record = record();
         let mut too_large = None;
-        let mut write = |record: IdempotencyRecord, outcome: ClaimOutcome| match self.put(
-            key, record, lease,
-        ) {
-            Ok(put) => (put, outcome),
-            Err(e) => {
-                too_large = Some(e);
-                (Write::Keep, ClaimOutcome::Claimed)
-            }
-        };
+        let mut write =
+            |record: IdempotencyRecord, outcome: ClaimOutcome| match self.put(key, record, lease) {
+                Ok(put) => (put, outcome),
+                Err(e) => {
+                    too_large = Some(e);
+                    (Write::Keep, ClaimOutcome::Claimed)
+                }
+            };
         let outcome = self.entries.update(key, |found| match found {
             Some(f) if f.live => (Write::Keep, ClaimOutcome::Existing(Arc::clone(f.value))),
             // An expired claim that was never finished nor released: its resume token, if

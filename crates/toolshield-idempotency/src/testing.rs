@@ -119,20 +119,34 @@ pub mod contract {
         );
         let rec = ok(s.get(&k).await, "get").expect("the claim is there");
         assert_eq!(rec.resume, None, "a refused mark writes nothing");
-        assert!(mark(s, &k, "a", "task-1").await, "the owner marks its claim");
+        assert!(
+            mark(s, &k, "a", "task-1").await,
+            "the owner marks its claim"
+        );
         let rec = ok(s.get(&k).await, "get").expect("the marked claim is there");
         assert_eq!(rec.resume.as_deref(), Some("task-1"));
-        assert!(rec.is_owned_by("a"), "marking keeps the claim PENDING and its owner");
+        assert!(
+            rec.is_owned_by("a"),
+            "marking keeps the claim PENDING and its owner"
+        );
         assert_eq!(rec.payload_hash, hash("p"));
         assert!(mark(s, &k, "a", "task-2").await);
         let rec = ok(s.get(&k).await, "get").expect("the marked claim is there");
-        assert_eq!(rec.resume.as_deref(), Some("task-2"), "a new mark replaces the old");
+        assert_eq!(
+            rec.resume.as_deref(),
+            Some("task-2"),
+            "a new mark replaces the old"
+        );
         assert!(
             ok(s.renew(&k, "a", LEASE).await, "renew"),
             "a marked claim can be renewed"
         );
         let rec = ok(s.get(&k).await, "get").expect("the renewed claim is there");
-        assert_eq!(rec.resume.as_deref(), Some("task-2"), "renewing keeps the mark");
+        assert_eq!(
+            rec.resume.as_deref(),
+            Some("task-2"),
+            "renewing keeps the mark"
+        );
         assert!(ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"));
         let rec = ok(s.get(&k).await, "get").expect("completed record");
         assert_eq!(rec.status, RecordStatus::Completed);
@@ -269,7 +283,10 @@ pub mod contract {
         assert!(rec.is_owned_by("a"), "a refused mark leaves the claim");
         assert_eq!(rec.resume, None, "a refused mark writes nothing");
         let longest = "é".repeat(crate::MAX_RESUME_TOKEN_LEN / 2);
-        assert!(mark(s, &k, "a", &longest).await, "the longest token is kept");
+        assert!(
+            mark(s, &k, "a", &longest).await,
+            "the longest token is kept"
+        );
         let rec = ok(s.get(&k).await, "get").expect("the claim");
         assert_eq!(rec.resume.as_deref(), Some(longest.as_str()));
     }

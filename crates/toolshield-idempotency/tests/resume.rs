@@ -83,6 +83,8 @@ async fn crash_after_claim<F: Future>(fut: F, store: &InMemoryIdempotencyStore, 
         }
         if let Ok(Some(rec)) = store.get(&key()).await {
             if rec.status == RecordStatus::Pending && (!marked || rec.resume.is_some()) {
+                // The crash itself: no drop guard of the call may run.
+                #[allow(clippy::mem_forget)]
                 std::mem::forget(fut);
                 return;
             }
@@ -102,7 +104,11 @@ async fn a_token_recorded_before_a_crash_reaches_the_owner_that_takes_over() {
 
     crash_after_claim(layer.layer(svc.clone()).oneshot(pay()), &store, true).await;
     let rec = store.get(&key()).await.unwrap().expect("the claim is left");
-    assert_eq!(rec.resume.as_deref(), Some("task-1"), "the token is on the claim");
+    assert_eq!(
+        rec.resume.as_deref(),
+        Some("task-1"),
+        "the token is on the claim"
+    );
 
     advance(LEASE + LEASE / 2).await;
     let res = layer
@@ -132,7 +138,9 @@ async fn a_takeover_without_a_token_starts_the_work_again() {
     let seen = Seen::default();
 
     crash_after_claim(
-        layer.layer(crashing_tool(seen.clone(), None)).oneshot(pay()),
+        layer
+            .layer(crashing_tool(seen.clone(), None))
+            .oneshot(pay()),
         &store,
         false,
     )
@@ -167,7 +175,11 @@ async fn calls_the_layer_does_not_claim_get_no_handle() {
     let read = ToolRequest::new("pay", json!({"amount": 42})).kind(CallKind::ReadOnly);
     layer.layer(svc.clone()).oneshot(read).await.expect("read");
     svc.clone().oneshot(pay()).await.expect("no layer");
-    layer.layer(svc.clone()).oneshot(pay()).await.expect("claimed");
+    layer
+        .layer(svc.clone())
+        .oneshot(pay())
+        .await
+        .expect("claimed");
     layer.layer(svc).oneshot(pay()).await.expect("replayed");
 
     assert_eq!(
@@ -203,7 +215,11 @@ async fn hostile_tokens_are_refused_and_the_call_goes_on() {
         }
     });
 
-    let res = layer.layer(svc).oneshot(pay()).await.expect("the call goes on");
+    let res = layer
+        .layer(svc)
+        .oneshot(pay())
+        .await
+        .expect("the call goes on");
 
     assert_eq!(res.output, json!({ "done": true }));
     assert_eq!(*checked.lock().unwrap(), vec![ErrorKind::InvalidInput; 4]);

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, ServerCapabilities,
-    ServerConfig, Task, TaskPayload, TaskStatus,
+    CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, ServerCapabilities, ServerConfig,
+    Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
@@ -177,6 +177,8 @@ where
             () = tokio::time::sleep(Duration::from_millis(10)) => {}
         }
         if ready().await {
+            // The crash itself: no drop guard of the call may run.
+            #[allow(clippy::mem_forget)]
             std::mem::forget(call);
             return;
         }
