@@ -20,7 +20,7 @@ use crate::error::Error;
 ///
 /// The marker holds the owner, and after `mark_resume` a line break and the token as a JSON
 /// string (which has no raw line break: serde escapes control characters, and tokens
-/// have none). A takeover carries that token into the new record (appended as its last
+/// have none); a tail that is not exactly one JSON string is no token. A takeover carries that token into the new record (appended as its last
 /// field, where serde writes `resume`) and onto the new marker, so a second takeover
 /// finds it too.
 const CLAIM: &str = r#"
@@ -29,6 +29,10 @@ if v then return {1, v} end
 local prev = redis.call('GET', KEYS[2])
 local token = false
 if prev then token = string.match(prev, '\n("[^\n]*")$') or false end
+if token then
+  local ok, t = pcall(cjson.decode, token)
+  if not ok or type(t) ~= 'string' then token = false end
+end
 local rec = ARGV[1]
 local mark = ARGV[3]
 if ARGV[5] ~= '' then
