@@ -543,20 +543,21 @@ where
         mut guard,
         resume,
     } = c;
-    // Owned copies: the guard is updated while they are in use (a first execution only).
-    let skey = guard.key.clone();
-    let owner = guard.owner.clone();
     // The inner service may record where its work can be resumed (an MCP task id), and
-    // learns what to resume from after a takeover.
+    // learns what to resume from after a takeover. The handle keeps the copies of the key
+    // and the owner token this phase uses (the guard is updated while they are in use).
+    let claim = Arc::new(ClaimResume {
+        shared: Arc::clone(&shared),
+        tool: Arc::clone(&tool),
+        key: guard.key.clone(),
+        owner: guard.owner.clone(),
+        from: resume,
+    });
     if let Some(state) = req.call_state_mut() {
-        state.set_resume(Some(Resume::new(Arc::new(ClaimResume {
-            shared: Arc::clone(&shared),
-            tool: Arc::clone(&tool),
-            key: skey.clone(),
-            owner: owner.clone(),
-            from: resume,
-        }))));
+        state.set_resume(Some(Resume::new(Arc::clone(&claim) as Arc<dyn ResumeSink>)));
     }
+    let skey: &str = &claim.key;
+    let owner: &str = &claim.owner;
     // ----- we own the key: call, renewing the lease -----
     let mutating = req.call_kind() == CallKind::Mutating;
     guard.on_drop = OnDrop::Release;
@@ -567,7 +568,7 @@ where
         guard.on_drop = OnDrop::Write(
             Box::new(IdempotencyRecord::failed(
                 payload_hash,
-                owner.clone(),
+                owner.to_owned(),
                 &err,
                 cfg.record_ttl,
             )),
@@ -575,7 +576,7 @@ where
         );
     }
     let result = call_under_lease(
-        &shared, &mut svc, req, &tool, &skey, &owner, mutating, &mut lease,
+        &shared, &mut svc, req, &tool, skey, owner, mutating, &mut lease,
     )
     .await;
 
@@ -590,11 +591,11 @@ where
             }
             let rec = IdempotencyRecord::completed(
                 payload_hash,
-                owner.clone(),
+                owner.to_owned(),
                 resp.clone(),
                 cfg.record_ttl,
             );
-            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            let at = (tool.as_ref(), skey, owner);
             let w = record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
             if w != Written::Yes {
                 // The tool ran and its result is not recorded: never let the key turn
@@ -606,14 +607,14 @@ where
                     let err = outcome_unknown(&tool, "ran, but its result could not be recorded");
                     let unknown = IdempotencyRecord::failed(
                         payload_hash,
-                        owner.clone(),
+                        owner.to_owned(),
                         &err,
                         cfg.record_ttl,
                     );
                     guard.on_drop = OnDrop::Write(Box::new(unknown.clone()), cfg.record_ttl);
                     let r = shared
                         .store
-                        .finish(&skey, &owner, unknown, cfg.record_ttl)
+                        .finish(skey, owner, unknown, cfg.record_ttl)
                         .await;
                     if r.is_ok() {
                         guard.on_drop = OnDrop::Nothing;
@@ -641,14 +642,15 @@ where
                 }
             };
             let err = outcome_unknown(&tool, what).with_source(e);
-            let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &err, cfg.record_ttl);
-            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            let rec =
+                IdempotencyRecord::failed(payload_hash, owner.to_owned(), &err, cfg.record_ttl);
+            let at = (tool.as_ref(), skey, owner);
             record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
             Err(err)
         }
         Err(e) if releases_key(e.kind()) => {
             guard.on_drop = OnDrop::Release;
-            match shared.store.release(&skey, &owner).await {
+            match shared.store.release(skey, owner).await {
                 Ok(_) => guard.on_drop = OnDrop::Nothing,
                 Err(err) => {
                     counters.store_errors.bump();
@@ -659,8 +661,8 @@ where
             Err(e)
         }
         Err(e) => {
-            let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &e, cfg.failed_ttl);
-            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            let rec = IdempotencyRecord::failed(payload_hash, owner.to_owned(), &e, cfg.failed_ttl);
+            let at = (tool.as_ref(), skey, owner);
             record(&shared, at, rec, cfg.failed_ttl, &mut lease, &mut guard).await;
             Err(e)
         }
