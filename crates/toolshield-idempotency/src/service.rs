@@ -648,6 +648,14 @@ where
             record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
             Err(err)
         }
+        Err(e) if releases_key(e.kind()) && claim.from.is_some() => {
+            // This call resumed work an earlier owner started (its token is on the claim):
+            // releasing would let the next call start that work again. The claim is left
+            // to lapse instead, so the next claim takes it over and resumes.
+            guard.on_drop = OnDrop::Nothing;
+            tracing::warn!(tool = %tool, code = %e.kind(), "idempotency: a resumed call failed; its claim is left to expire so the next call resumes again");
+            Err(e)
+        }
         Err(e) if releases_key(e.kind()) => {
             guard.on_drop = OnDrop::Release;
             match shared.store.release(skey, owner).await {

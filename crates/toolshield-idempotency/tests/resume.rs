@@ -290,3 +290,58 @@ async fn a_store_failure_while_recording_is_an_error_the_call_may_ignore() {
     let rec = store.get(&key()).await.unwrap().expect("the outcome");
     assert_eq!(rec.status, RecordStatus::Completed);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_call_that_fails_retriably_leaves_its_claim_to_lapse_not_free() {
+    let store = Arc::new(InMemoryIdempotencyStore::new());
+    let layer =
+        IdempotencyLayer::with_store(IdempotencyConfig::default(), store.clone()).expect("valid");
+    let handle = layer.handle();
+    let seen = Seen::default();
+    crash_after_claim(
+        layer
+            .layer(crashing_tool(seen.clone(), Some("task-1")))
+            .oneshot(pay()),
+        &store,
+        true,
+    )
+    .await;
+    advance(LEASE + LEASE / 2).await;
+
+    // The taker resumes, but its connection to the work is down: a retriable failure.
+    let down = service_fn({
+        let seen = seen.clone();
+        move |req: ToolRequest| {
+            seen_on(&req, &seen);
+            async {
+                Err::<ToolResponse, _>(ToolError::new(
+                    ErrorKind::ConnectionFailed,
+                    "transport closed before polling",
+                ))
+            }
+        }
+    });
+    let err = layer.layer(down).oneshot(pay()).await.expect_err("down");
+    assert_eq!(err.kind(), ErrorKind::ConnectionFailed);
+    let rec = store.get(&key()).await.unwrap().expect("not released");
+    assert_eq!(rec.status, RecordStatus::Pending);
+    assert_eq!(
+        rec.resume.as_deref(),
+        Some("task-1"),
+        "the work to resume is still on the claim"
+    );
+
+    // Once that claim lapses, the next call resumes the same work.
+    advance(LEASE + LEASE / 2).await;
+    let res = layer
+        .layer(crashing_tool(seen.clone(), None))
+        .oneshot(pay())
+        .await
+        .expect("resumes");
+    assert_eq!(res.output, json!({ "resumed": "task-1" }));
+    assert_eq!(handle.counts().takeovers, 2);
+    assert_eq!(
+        seen.lock().unwrap().last(),
+        Some(&Some(Some("task-1".to_owned())))
+    );
+}
