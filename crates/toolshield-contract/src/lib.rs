@@ -12,6 +12,7 @@ pub mod key;
 mod kind;
 pub mod panic;
 mod progress;
+mod resume;
 mod state;
 pub mod time;
 mod tokens;
@@ -22,6 +23,7 @@ pub use config::{ConfigError, ConfigProblem};
 pub use error::{ErrorKind, ToolError};
 pub use kind::CallKind;
 pub use progress::{IdleClock, Progress, ProgressEvent, MAX_PROGRESS_MESSAGE};
+pub use resume::{Resume, ResumeFuture, ResumeSink};
 pub use state::CallState;
 pub use tokens::{AttemptGuard, CallTokens};
 /// The token type of [`CallTokens`] and `ToolRequest::cancel_token`, re-exported so a

@@ -3,13 +3,13 @@
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{CallKind, CallTokens, ErrorKind, Progress, ProgressEvent};
+use crate::{CallKind, CallTokens, ErrorKind, Progress, ProgressEvent, Resume};
 
 /// What the generic layers know about one logical call, carried by the request (a field
 /// of `ToolRequest`, an entry in the extensions of `http::Request`): the cancellation
 /// tokens, the deadline, the attempt number, why the previous attempt failed, a
-/// side-effect class that overrides what the request type implies, and the call's
-/// [`Progress`] handle.
+/// side-effect class that overrides what the request type implies, the call's
+/// [`Progress`] handle, and the [`Resume`] handle a claiming layer installs.
 ///
 /// The layers read it through [`ShieldRequest::call_state`](crate::ShieldRequest::call_state)
 /// and write it through [`ShieldRequest::call_state_mut`](crate::ShieldRequest::call_state_mut).
@@ -39,6 +39,9 @@ pub struct CallState {
     kind: Option<CallKind>,
     probe: bool,
     progress: Progress,
+    // Installed by the idempotency layer for a call it claimed; `None` otherwise (no
+    // allocation on the common path).
+    resume: Option<Resume>,
 }
 
 impl Default for CallState {
@@ -65,6 +68,7 @@ impl CallState {
             kind: None,
             probe: false,
             progress: Progress::new(),
+            resume: None,
         }
     }
 
@@ -190,5 +194,17 @@ impl CallState {
     /// on); a fresh attempt ([`begin_attempt`](Self::begin_attempt)) clears the mark.
     pub fn set_probe(&mut self, probe: bool) {
         self.probe = probe;
+    }
+
+    /// The resume handle, when a layer that holds a durable claim for the call installed
+    /// one (the idempotency layer does, for a call it claimed): the service records there
+    /// where its work can be resumed, and learns where to resume from after a takeover.
+    pub fn resume(&self) -> Option<&Resume> {
+        self.resume.as_ref()
+    }
+
+    /// Installs (or removes) the resume handle.
+    pub fn set_resume(&mut self, resume: Option<Resume>) {
+        self.resume = resume;
     }
 }

@@ -15,7 +15,10 @@
 //! A duplicate that arrives while the first call is PENDING waits for its result (up to
 //! 10 s) or fails fast with `IN_PROGRESS`; the same key with another payload is
 //! `IDEMPOTENCY_KEY_REUSED` and nothing runs; a claim whose owner died is taken over
-//! when its lease expires. When the store is unreachable the layer fails closed
+//! when its lease expires. The service inside finds a `Resume` handle on the call state of
+//! a call the layer claimed: a resume token it records there (an MCP task id) is written
+//! to the claim, and an owner that takes the claim over is given it, to pick the work up
+//! instead of starting it again. When the store is unreachable the layer fails closed
 //! (`STORE_UNAVAILABLE`) or open (runs without dedupe), by config. `ReadOnly` calls pass
 //! through untouched.
 //!
@@ -71,7 +74,7 @@ pub use layer::IdempotencyLayer;
 pub use memory::InMemoryIdempotencyStore;
 pub use service::Idempotency;
 pub use store::{
-    ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim, RecordStatus, StoreError,
-    StoreFuture, StoredError,
+    check_resume_token, ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim,
+    RecordStatus, StoreError, StoreFuture, StoredError, MAX_RESUME_TOKEN_LEN,
 };
 pub use toolshield_store::MemoryBounds;

@@ -9,7 +9,8 @@ use toolshield_core::size::serialized_len;
 use toolshield_store::{MemoryBounds, StoreError, TtlMap, Write};
 
 use crate::store::{
-    ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim, RecordStatus, StoreFuture,
+    check_resume_token, ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim,
+    RecordStatus, StoreFuture,
 };
 
 /// An [`IdempotencyStore`] in the memory of one process: a [`TtlMap`] of records.
@@ -25,7 +26,8 @@ use crate::store::{
 /// for the records kept over the record TTL (default 24 h).
 ///
 /// A PENDING record whose lease ran out stays visible to the next claim for one more
-/// lease (never to reads), so that claim is reported as a takeover.
+/// lease (never to reads), so that claim is reported as a takeover, with the resume token
+/// the record carried ([`IdempotencyStore::mark_resume`]).
 ///
 /// Clones share the same records.
 #[derive(Clone, Debug)]
@@ -100,13 +102,64 @@ impl InMemoryIdempotencyStore {
         if let Some(existing) = self.entries.get(key, |rec, _| Arc::clone(rec)) {
             return Ok(ClaimOutcome::Existing(existing));
         }
-        let put = self.put(key, record(), lease)?;
-        Ok(self.entries.update(key, |found| match found {
+        let record = record();
+        let mut too_large = None;
+        let mut write =
+            |record: IdempotencyRecord, outcome: ClaimOutcome| match self.put(key, record, lease) {
+                Ok(put) => (put, outcome),
+                Err(e) => {
+                    too_large = Some(e);
+                    (Write::Keep, ClaimOutcome::Claimed)
+                }
+            };
+        let outcome = self.entries.update(key, |found| match found {
             Some(f) if f.live => (Write::Keep, ClaimOutcome::Existing(Arc::clone(f.value))),
-            // An expired claim that was never finished nor released.
-            Some(f) if f.value.status == RecordStatus::Pending => (put, ClaimOutcome::TakenOver),
-            _ => (put, ClaimOutcome::Claimed),
-        }))
+            // An expired claim that was never finished nor released: its resume token, if
+            // any, moves into the new claim (unless it brings its own), so a second
+            // takeover still finds it.
+            Some(f) if f.value.status == RecordStatus::Pending => {
+                let resume = f.value.resume.clone();
+                let mut record = record;
+                if record.resume.is_none() {
+                    record.resume.clone_from(&resume);
+                }
+                write(record, ClaimOutcome::TakenOver { resume })
+            }
+            _ => write(record, ClaimOutcome::Claimed),
+        });
+        match too_large {
+            Some(e) => Err(e),
+            None => Ok(outcome),
+        }
+    }
+
+    fn mark_resume_now(
+        &self,
+        key: &str,
+        owner: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        check_resume_token(token)?;
+        let mut too_large = None;
+        let marked = self.entries.update(key, |found| match found {
+            Some(f) if f.live && f.value.is_owned_by(owner) => {
+                let mut record = IdempotencyRecord::clone(f.value).with_lease(lease);
+                record.resume = Some(token.to_owned());
+                match self.put(key, record, lease) {
+                    Ok(put) => (put, true),
+                    Err(e) => {
+                        too_large = Some(e);
+                        (Write::Keep, false)
+                    }
+                }
+            }
+            _ => (Write::Keep, false),
+        });
+        match too_large {
+            Some(e) => Err(e),
+            None => Ok(marked),
+        }
     }
 
     /// The owner check, then `write`: the record is live, PENDING and owned by `owner`.
@@ -191,6 +244,16 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
 
     fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
         Box::pin(ready(self.renew_now(key, owner, lease)))
+    }
+
+    fn mark_resume<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        token: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(ready(self.mark_resume_now(key, owner, token, lease)))
     }
 
     fn release<'a>(&'a self, key: &'a str, owner: &'a str) -> StoreFuture<'a, bool> {

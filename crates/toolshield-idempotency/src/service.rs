@@ -8,7 +8,10 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::time::Instant;
 use toolshield_core::config::deadline_after;
-use toolshield_core::{CallKind, Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{
+    CallKind, Digest, ErrorKind, Resume, ResumeFuture, ResumeSink, ShieldRequest, ToolError,
+    ToolRequest, ToolResponse,
+};
 use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
@@ -17,7 +20,9 @@ use crate::future::ResponseFuture;
 use crate::handle::Shared;
 use crate::key::resolve;
 use crate::layer::IdempotencyLayer;
-use crate::store::{ClaimOutcome, IdempotencyRecord, PendingClaim, RecordStatus, StoreFuture};
+use crate::store::{
+    check_resume_token, ClaimOutcome, IdempotencyRecord, PendingClaim, RecordStatus, StoreFuture,
+};
 
 /// The idempotency service: see [`IdempotencyLayer`]. A [`StoreService`] whose
 /// [`StorePath`] is the layer's.
@@ -385,7 +390,7 @@ where
     };
 
     // ----- claim, replay, wait -----
-    let lease = loop {
+    let (lease, resume) = loop {
         let sent = Instant::now();
         let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent, cfg.wait_timeout));
         // While the claim is in flight, a drop (or a failure: a claim that timed out may
@@ -422,11 +427,24 @@ where
                     }
                 };
             }
-            Ok(ClaimOutcome::Claimed) => break Lease::new(sent, cfg.lease),
-            Ok(ClaimOutcome::TakenOver) => {
+            Ok(ClaimOutcome::Claimed) => break (Lease::new(sent, cfg.lease), None),
+            Ok(ClaimOutcome::TakenOver { resume }) => {
                 counters.takeovers.bump();
-                tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome");
-                break Lease::new(sent, cfg.lease);
+                // A token read from a shared store is checked like one about to be written:
+                // anything else is not resumed from.
+                let resume = match resume {
+                    Some(token) if check_resume_token(&token).is_err() => {
+                        tracing::warn!(tool = %tool, "idempotency: ignored a malformed resume token on a claim taken over");
+                        None
+                    }
+                    other => other,
+                };
+                if resume.is_some() {
+                    tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome; resuming its recorded work");
+                } else {
+                    tracing::warn!(tool = %tool, "idempotency: took over a claim whose lease expired without an outcome");
+                }
+                break (Lease::new(sent, cfg.lease), resume);
             }
             Ok(ClaimOutcome::Existing(rec)) => {
                 // A finished record, or another payload: answered from the record.
@@ -465,6 +483,7 @@ where
         execution_id,
         lease,
         guard,
+        resume,
     };
     Box::pin(execute(shared, svc, req, owned)).await
 }
@@ -476,13 +495,64 @@ struct Claimed {
     execution_id: uuid::Uuid,
     lease: Lease,
     guard: ClaimGuard,
+    /// The resume token of the claim taken over, if it carried one.
+    resume: Option<String>,
+}
+
+/// The [`ResumeSink`] of a claimed call: records a resume token on the claim's PENDING
+/// record, fenced by the claim's owner token, and hands out the token of the claim taken
+/// over.
+struct ClaimResume {
+    shared: Arc<Shared>,
+    tool: Arc<str>,
+    key: String,
+    owner: String,
+    from: Option<String>,
+}
+
+impl ResumeSink for ClaimResume {
+    fn resume_from(&self) -> Option<&str> {
+        self.from.as_deref()
+    }
+
+    fn record<'a>(&'a self, token: &'a str) -> ResumeFuture<'a> {
+        Box::pin(async move {
+            let tool = &self.tool;
+            if let Err(e) = check_resume_token(token) {
+                return Err(ToolError::invalid_input(format!(
+                    "resume token for `{tool}` refused: {e}"
+                )));
+            }
+            let lease = self.shared.config.lease;
+            match self
+                .shared
+                .store
+                .mark_resume(&self.key, &self.owner, token, lease)
+                .await
+            {
+                Ok(true) => Ok(true),
+                Ok(false) => {
+                    tracing::warn!(tool = %tool, "idempotency: the claim was lost before its resume token was recorded");
+                    Ok(false)
+                }
+                Err(e) => {
+                    self.shared.counters.store_errors.bump();
+                    Err(ToolError::new(
+                        ErrorKind::StoreUnavailable,
+                        format!("resume token for `{tool}` could not be recorded"),
+                    )
+                    .with_source(e))
+                }
+            }
+        })
+    }
 }
 
 /// Runs the call under the claim `c`, renewing the lease, and records its outcome.
 async fn execute<S>(
     shared: Arc<Shared>,
     mut svc: S,
-    req: ToolRequest,
+    mut req: ToolRequest,
     c: Claimed,
 ) -> Result<ToolResponse, ToolError>
 where
@@ -497,10 +567,23 @@ where
         execution_id,
         mut lease,
         mut guard,
+        resume,
     } = c;
-    // Owned copies: the guard is updated while they are in use (a first execution only).
-    let skey = guard.key.clone();
-    let owner = guard.owner.clone();
+    // The inner service may record where its work can be resumed (an MCP task id), and
+    // learns what to resume from after a takeover. The handle keeps the copies of the key
+    // and the owner token this phase uses (the guard is updated while they are in use).
+    let claim = Arc::new(ClaimResume {
+        shared: Arc::clone(&shared),
+        tool: Arc::clone(&tool),
+        key: guard.key.clone(),
+        owner: guard.owner.clone(),
+        from: resume,
+    });
+    if let Some(state) = req.call_state_mut() {
+        state.set_resume(Some(Resume::new(Arc::clone(&claim) as Arc<dyn ResumeSink>)));
+    }
+    let skey: &str = &claim.key;
+    let owner: &str = &claim.owner;
     // ----- we own the key: call, renewing the lease -----
     let mutating = req.call_kind() == CallKind::Mutating;
     guard.on_drop = OnDrop::Release;
@@ -511,7 +594,7 @@ where
         guard.on_drop = OnDrop::Write(
             Box::new(IdempotencyRecord::failed(
                 payload_hash,
-                owner.clone(),
+                owner.to_owned(),
                 &err,
                 cfg.record_ttl,
             )),
@@ -519,7 +602,7 @@ where
         );
     }
     let result = call_under_lease(
-        &shared, &mut svc, req, &tool, &skey, &owner, mutating, &mut lease,
+        &shared, &mut svc, req, &tool, skey, owner, mutating, &mut lease,
     )
     .await;
 
@@ -534,11 +617,11 @@ where
             }
             let rec = IdempotencyRecord::completed(
                 payload_hash,
-                owner.clone(),
+                owner.to_owned(),
                 resp.clone(),
                 cfg.record_ttl,
             );
-            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            let at = (tool.as_ref(), skey, owner);
             let w = record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
             if w != Written::Yes {
                 // The tool ran and its result is not recorded: never let the key turn
@@ -550,14 +633,14 @@ where
                     let err = outcome_unknown(&tool, "ran, but its result could not be recorded");
                     let unknown = IdempotencyRecord::failed(
                         payload_hash,
-                        owner.clone(),
+                        owner.to_owned(),
                         &err,
                         cfg.record_ttl,
                     );
                     guard.on_drop = OnDrop::Write(Box::new(unknown.clone()), cfg.record_ttl);
                     let r = shared
                         .store
-                        .finish(&skey, &owner, unknown, cfg.record_ttl)
+                        .finish(skey, owner, unknown, cfg.record_ttl)
                         .await;
                     if r.is_ok() {
                         guard.on_drop = OnDrop::Nothing;
@@ -571,20 +654,37 @@ where
         }
         Err(e) if mutating && outcome_unknown_after(e.kind()) => {
             counters.outcome_unknown.bump();
+            let said;
             let what = match e.kind() {
                 ErrorKind::Timeout => "timed out after it was sent",
                 ErrorKind::Internal => "failed inside the tool layer after it was sent",
-                _ => "ended without a known outcome",
+                // The tool said why (e.g. an MCP task that could not be resumed): keep it.
+                _ => {
+                    said = format!(
+                        "ended without a known outcome ({})",
+                        cut(e.message(), MAX_INNER_MESSAGE)
+                    );
+                    said.as_str()
+                }
             };
             let err = outcome_unknown(&tool, what).with_source(e);
-            let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &err, cfg.record_ttl);
-            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            let rec =
+                IdempotencyRecord::failed(payload_hash, owner.to_owned(), &err, cfg.record_ttl);
+            let at = (tool.as_ref(), skey, owner);
             record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
             Err(err)
         }
+        Err(e) if releases_key(e.kind()) && claim.from.is_some() => {
+            // This call resumed work an earlier owner started (its token is on the claim):
+            // releasing would let the next call start that work again. The claim is left
+            // to lapse instead, so the next claim takes it over and resumes.
+            guard.on_drop = OnDrop::Nothing;
+            tracing::warn!(tool = %tool, code = %e.kind(), "idempotency: a resumed call failed; its claim is left to expire so the next call resumes again");
+            Err(e)
+        }
         Err(e) if releases_key(e.kind()) => {
             guard.on_drop = OnDrop::Release;
-            match shared.store.release(&skey, &owner).await {
+            match shared.store.release(skey, owner).await {
                 Ok(_) => guard.on_drop = OnDrop::Nothing,
                 Err(err) => {
                     counters.store_errors.bump();
@@ -595,8 +695,8 @@ where
             Err(e)
         }
         Err(e) => {
-            let rec = IdempotencyRecord::failed(payload_hash, owner.clone(), &e, cfg.failed_ttl);
-            let at = (tool.as_ref(), skey.as_str(), owner.as_str());
+            let rec = IdempotencyRecord::failed(payload_hash, owner.to_owned(), &e, cfg.failed_ttl);
+            let at = (tool.as_ref(), skey, owner);
             record(&shared, at, rec, cfg.failed_ttl, &mut lease, &mut guard).await;
             Err(e)
         }
@@ -685,6 +785,22 @@ where
         }
     }
 }
+/// The longest part of an inner error's message kept in an `OUTCOME_UNKNOWN` message
+/// (and record), in bytes.
+const MAX_INNER_MESSAGE: usize = 512;
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 fn outcome_unknown(tool: &str, what: &str) -> ToolError {
     ToolError::new(
         ErrorKind::OutcomeUnknown,

@@ -8,6 +8,7 @@
 //! | [`finish`](IdempotencyStore::finish) | owner-checked replace of PENDING by the COMPLETED or FAILED record | Lua: owner check, then `SET key json PX ttl` |
 //! | [`renew`](IdempotencyStore::renew) | owner-checked lease extension | Lua: owner check, then `SET key json PX lease` |
 //! | [`release`](IdempotencyStore::release) | owner-checked delete | Lua: owner check, then `DEL key` |
+//! | [`mark_resume`](IdempotencyStore::mark_resume) | owner-checked write of a resume token into the PENDING record, renewing its lease | Lua: owner check, then `SET key json' PX lease` and the token on the lease marker |
 //! | [`get`](IdempotencyStore::get) | read | `GET key` |
 //! | [`remove`](IdempotencyStore::remove) | unconditional delete (`forget`) | `DEL key` |
 //!
@@ -111,6 +112,50 @@ pub struct IdempotencyRecord {
     pub lease_until: Option<DateTime<Utc>>,
     /// When the record expires (wall clock, informational; the store's TTL decides).
     pub expires_at: DateTime<Utc>,
+    /// The resume token of a PENDING record: an opaque marker the running call recorded
+    /// ([`IdempotencyStore::mark_resume`]) so that an owner taking the claim over can pick
+    /// the work up where it is (an MCP adapter records the id of the task the server
+    /// created) instead of starting it again. At most [`MAX_RESUME_TOKEN_LEN`] bytes, no
+    /// control characters ([`check_resume_token`]). Absent from the JSON when `None`, so
+    /// records written before the field existed still read. Kept last: the Redis store
+    /// appends it to the record's JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
+}
+
+/// The longest resume token a store accepts, in bytes
+/// ([`IdempotencyStore::mark_resume`]).
+pub const MAX_RESUME_TOKEN_LEN: usize = 256;
+
+/// Whether `token` may be stored as a resume token: not empty, at most
+/// [`MAX_RESUME_TOKEN_LEN`] bytes, and no control characters. A token comes from a remote
+/// server (an MCP task id) and ends up in the store and in logs: it must not grow a
+/// record, nor carry line breaks or terminal escapes.
+///
+/// ```
+/// use toolshield_idempotency::{check_resume_token, MAX_RESUME_TOKEN_LEN};
+///
+/// assert!(check_resume_token("task-42").is_ok());
+/// assert!(check_resume_token("").is_err());
+/// assert!(check_resume_token("a\nb").is_err());
+/// assert!(check_resume_token(&"x".repeat(MAX_RESUME_TOKEN_LEN + 1)).is_err());
+/// ```
+pub fn check_resume_token(token: &str) -> Result<(), StoreError> {
+    if token.is_empty() {
+        return Err(StoreError::new("an empty resume token is not stored"));
+    }
+    if token.len() > MAX_RESUME_TOKEN_LEN {
+        return Err(StoreError::new(format!(
+            "a resume token of {} bytes is longer than {MAX_RESUME_TOKEN_LEN}",
+            token.len()
+        )));
+    }
+    if token.chars().any(char::is_control) {
+        return Err(StoreError::new(
+            "a resume token with control characters is not stored",
+        ));
+    }
+    Ok(())
 }
 
 fn wall_after(d: Duration) -> DateTime<Utc> {
@@ -133,6 +178,7 @@ impl IdempotencyRecord {
             owner: owner.into(),
             lease_until: Some(until),
             expires_at: until,
+            resume: None,
         }
     }
 
@@ -151,6 +197,7 @@ impl IdempotencyRecord {
             owner: owner.into(),
             lease_until: None,
             expires_at: wall_after(ttl),
+            resume: None,
         }
     }
 
@@ -169,6 +216,7 @@ impl IdempotencyRecord {
             owner: owner.into(),
             lease_until: None,
             expires_at: wall_after(ttl),
+            resume: None,
         }
     }
 
@@ -203,7 +251,12 @@ pub enum ClaimOutcome {
     /// caller owns it now. The layer counts and logs it as a takeover. Stores report it
     /// when the expired claim is at most one more lease old; after that a claim is
     /// [`Claimed`](Self::Claimed).
-    TakenOver,
+    TakenOver {
+        /// The resume token the expired claim carried ([`IdempotencyStore::mark_resume`]),
+        /// if any. The store also carries it into the new PENDING record, so a second
+        /// takeover (the new owner died too) still finds it.
+        resume: Option<String>,
+    },
     /// The key is held: the record that is there (PENDING with a live lease, COMPLETED or
     /// FAILED). Nothing was written. Shared: an in-memory store hands out the record it
     /// holds, so a replay copies a pointer rather than the record.
@@ -248,7 +301,8 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// Creates `record` (PENDING) under `key` with a TTL of `lease` if no live record is
     /// there; else returns the live record untouched. Reports
     /// [`TakenOver`](ClaimOutcome::TakenOver) when the key was free because an earlier
-    /// claim's lease expired without an outcome.
+    /// claim's lease expired without an outcome, with the resume token that claim carried
+    /// (which the new PENDING record then carries too, unless `record` has its own).
     fn claim<'a>(
         &'a self,
         key: &'a str,
@@ -294,6 +348,28 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// Extends the lease of the PENDING record owned by `owner` to `lease` from now.
     /// `Ok(false)` when the owner check fails (the lease was lost).
     fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool>;
+
+    /// Writes the resume token `token` into the PENDING record owned by `owner`, replacing
+    /// any earlier one, and renews its lease to `lease` from now (as
+    /// [`renew`](Self::renew) does: the owner is alive). If the lease then expires, the
+    /// next claim within one more lease reports [`TakenOver`](ClaimOutcome::TakenOver)
+    /// with the token. `Ok(false)` when the owner check fails (nothing written); a token
+    /// that [`check_resume_token`] refuses is a [`StoreError`] (nothing written).
+    ///
+    /// The default refuses every token with a [`StoreError`]: a store that does not
+    /// implement it simply never resumes (a takeover runs the call again).
+    fn mark_resume<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        token: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        let _ = (key, owner, token, lease);
+        Box::pin(std::future::ready(Err(StoreError::new(
+            "this idempotency store does not keep resume tokens",
+        ))))
+    }
 
     /// Deletes the PENDING record owned by `owner`, so the key can be claimed again.
     /// `Ok(false)` when the owner check fails (nothing deleted).

@@ -91,6 +91,238 @@ pub mod contract {
         concurrent_claims_have_one_winner(Arc::new(make())).await;
         records_round_trip(&make()).await;
         finish_takes_an_outcome(&make()).await;
+        mark_resume_is_fenced(&make()).await;
+        mark_resume_renews_the_lease(&make()).await;
+        resume_token_survives_takeovers(&make()).await;
+        takeover_without_a_mark_has_no_token(&make()).await;
+        ended_claims_forget_their_token(&make()).await;
+        hostile_resume_tokens_are_refused(&make()).await;
+        odd_resume_tokens_round_trip(&make()).await;
+    }
+
+    async fn mark<S: IdempotencyStore + ?Sized>(s: &S, k: &str, owner: &str, token: &str) -> bool {
+        ok(s.mark_resume(k, owner, token, LEASE).await, "mark_resume")
+    }
+
+    /// Only the PENDING owner may mark a resume token; the record reads back with it, a
+    /// second mark replaces it, and a finished record carries none and takes none.
+    pub async fn mark_resume_is_fenced<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("mark");
+        assert!(
+            !mark(s, &k, "a", "task-1").await,
+            "no record: nothing to mark"
+        );
+        claim(s, &k, "a").await;
+        assert!(
+            !mark(s, &k, "b", "task-1").await,
+            "another owner must not mark the claim"
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the claim is there");
+        assert_eq!(rec.resume, None, "a refused mark writes nothing");
+        assert!(
+            mark(s, &k, "a", "task-1").await,
+            "the owner marks its claim"
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the marked claim is there");
+        assert_eq!(rec.resume.as_deref(), Some("task-1"));
+        assert!(
+            rec.is_owned_by("a"),
+            "marking keeps the claim PENDING and its owner"
+        );
+        assert_eq!(rec.payload_hash, hash("p"));
+        assert!(mark(s, &k, "a", "task-2").await);
+        let rec = ok(s.get(&k).await, "get").expect("the marked claim is there");
+        assert_eq!(
+            rec.resume.as_deref(),
+            Some("task-2"),
+            "a new mark replaces the old"
+        );
+        assert!(
+            ok(s.renew(&k, "a", LEASE).await, "renew"),
+            "a marked claim can be renewed"
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the renewed claim is there");
+        assert_eq!(
+            rec.resume.as_deref(),
+            Some("task-2"),
+            "renewing keeps the mark"
+        );
+        assert!(ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"));
+        let rec = ok(s.get(&k).await, "get").expect("completed record");
+        assert_eq!(rec.status, RecordStatus::Completed);
+        assert_eq!(rec.resume, None, "an outcome replaces the mark");
+        assert!(
+            !mark(s, &k, "a", "task-3").await,
+            "a finished record must not be marked"
+        );
+    }
+
+    /// Marking proves the owner alive: it renews the lease as `renew` does.
+    pub async fn mark_resume_renews_the_lease<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("mark-lease");
+        claim(s, &k, "a").await;
+        sleep(LEASE * 3 / 4).await;
+        assert!(mark(s, &k, "a", "task-1").await);
+        sleep(LEASE * 3 / 4).await;
+        let rec = ok(s.get(&k).await, "get").expect("a marked claim must outlive its first lease");
+        assert!(rec.is_owned_by("a"));
+        assert!(matches!(claim(s, &k, "b").await, ClaimOutcome::Existing(_)));
+    }
+
+    /// The token of a claim whose lease expired reaches the owner that takes it over, and
+    /// stays on the new claim, so the owner after that (the taker died too) gets it as well.
+    pub async fn resume_token_survives_takeovers<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("resume");
+        claim(s, &k, "a").await;
+        assert!(mark(s, &k, "a", "task-1").await);
+        sleep(LEASE + LEASE / 2).await;
+        assert!(
+            ok(s.get(&k).await, "get").is_none(),
+            "an expired marked claim must not be readable"
+        );
+        assert!(
+            !mark(s, &k, "a", "task-9").await,
+            "an expired claim cannot be marked"
+        );
+        assert_eq!(
+            claim(s, &k, "b").await,
+            ClaimOutcome::TakenOver {
+                resume: Some("task-1".to_owned())
+            },
+            "the takeover must carry the expired claim's resume token"
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the new claim");
+        assert!(rec.is_owned_by("b"));
+        assert_eq!(
+            rec.resume.as_deref(),
+            Some("task-1"),
+            "the new claim keeps the token"
+        );
+        assert!(
+            !mark(s, &k, "a", "task-9").await,
+            "the old owner cannot mark the new owner's claim"
+        );
+        // The taker dies too, without marking anything of its own.
+        sleep(LEASE + LEASE / 2).await;
+        assert_eq!(
+            claim(s, &k, "c").await,
+            ClaimOutcome::TakenOver {
+                resume: Some("task-1".to_owned())
+            },
+            "a second takeover still finds the token"
+        );
+        assert!(ok(s.finish(&k, "c", completed("c"), TTL).await, "finish"));
+    }
+
+    /// A takeover of a claim that was never marked reports no token.
+    pub async fn takeover_without_a_mark_has_no_token<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("no-mark");
+        claim(s, &k, "a").await;
+        assert!(ok(s.renew(&k, "a", LEASE).await, "renew"));
+        sleep(LEASE + LEASE / 2).await;
+        assert_eq!(
+            claim(s, &k, "b").await,
+            ClaimOutcome::TakenOver { resume: None }
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the new claim");
+        assert_eq!(rec.resume, None);
+    }
+
+    /// A marked claim that ended (released, or finished and expired) leaves no token for
+    /// the next claim.
+    pub async fn ended_claims_forget_their_token<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("mark-ended");
+        claim(s, &k, "a").await;
+        assert!(mark(s, &k, "a", "task-1").await);
+        assert!(ok(s.release(&k, "a").await, "release"));
+        assert_eq!(
+            claim(s, &k, "b").await,
+            ClaimOutcome::Claimed,
+            "a released claim is not taken over"
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the new claim");
+        assert_eq!(rec.resume, None, "a released claim's token is gone");
+        assert!(mark(s, &k, "b", "task-2").await);
+        assert!(ok(s.finish(&k, "b", completed("b"), TTL).await, "finish"));
+        sleep(TTL + LEASE / 2).await;
+        assert_eq!(claim(s, &k, "c").await, ClaimOutcome::Claimed);
+        let rec = ok(s.get(&k).await, "get").expect("the new claim");
+        assert_eq!(rec.resume, None, "a finished claim's token is gone");
+    }
+
+    /// Tokens that are empty, too long or carry control characters are refused with an
+    /// error, and the claim is left as it was; the longest accepted token is stored.
+    pub async fn hostile_resume_tokens_are_refused<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("mark-hostile");
+        claim(s, &k, "a").await;
+        let long = "x".repeat(crate::MAX_RESUME_TOKEN_LEN + 1);
+        let huge = "h".repeat(1 << 20);
+        for bad in [
+            "",
+            long.as_str(),
+            huge.as_str(),
+            "task\n1",
+            "task\r\n",
+            "\u{1b}[31mred",
+            "nul\0",
+            "tab\t",
+            "\u{85}next-line",
+        ] {
+            assert!(
+                s.mark_resume(&k, "a", bad, LEASE).await.is_err(),
+                "a token of {} bytes ({:?}...) must be refused",
+                bad.len(),
+                bad.chars().take(8).collect::<String>()
+            );
+            assert!(
+                s.mark_resume(&k, "b", bad, LEASE).await.is_err(),
+                "refused whoever asks"
+            );
+        }
+        let rec = ok(s.get(&k).await, "get").expect("the claim is still there");
+        assert!(rec.is_owned_by("a"), "a refused mark leaves the claim");
+        assert_eq!(rec.resume, None, "a refused mark writes nothing");
+        let longest = "é".repeat(crate::MAX_RESUME_TOKEN_LEN / 2);
+        assert!(
+            mark(s, &k, "a", &longest).await,
+            "the longest token is kept"
+        );
+        let rec = ok(s.get(&k).await, "get").expect("the claim");
+        assert_eq!(rec.resume.as_deref(), Some(longest.as_str()));
+    }
+
+    /// A token made of JSON syntax, quotes, backslashes and non-ASCII text reads back
+    /// exactly, from `get` and through a takeover, and leaves the record intact.
+    pub async fn odd_resume_tokens_round_trip<S: IdempotencyStore + ?Sized>(s: &S) {
+        for (i, token) in [
+            r#"","resume":"evil"#,
+            r#"\"},{"status":"COMPLETED"#,
+            "/tâche/✓ 42",
+            "}",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let k = key(&format!("mark-odd-{i}"));
+            claim(s, &k, "a").await;
+            assert!(mark(s, &k, "a", token).await);
+            let rec = ok(s.get(&k).await, "get").expect("the marked claim");
+            assert_eq!(rec.resume.as_deref(), Some(token), "read back as written");
+            assert!(rec.is_owned_by("a"), "the record is intact: {rec:?}");
+            assert_eq!(rec.payload_hash, hash("p"));
+            assert!(mark(s, &k, "a", token).await, "marking twice works too");
+            sleep(LEASE + LEASE / 2).await;
+            assert_eq!(
+                claim(s, &k, "b").await,
+                ClaimOutcome::TakenOver {
+                    resume: Some(token.to_owned())
+                },
+                "the taker reads the token as written"
+            );
+            let rec = ok(s.get(&k).await, "get").expect("the new claim");
+            assert_eq!(rec.resume.as_deref(), Some(token));
+            assert!(rec.is_owned_by("b"));
+        }
     }
 
     /// A free key is claimed; the record reads back PENDING with its owner.
@@ -118,14 +350,14 @@ pub mod contract {
                     "the existing record must be returned untouched"
                 )
             }
-            ClaimOutcome::Claimed | ClaimOutcome::TakenOver => {
+            ClaimOutcome::Claimed | ClaimOutcome::TakenOver { .. } => {
                 panic!("a held key must not be claimed twice")
             }
         }
         assert!(ok(s.finish(&k, "a", completed("a"), TTL).await, "finish"));
         match claim(s, &k, "c").await {
             ClaimOutcome::Existing(rec) => assert_eq!(rec.status, RecordStatus::Completed),
-            ClaimOutcome::Claimed | ClaimOutcome::TakenOver => {
+            ClaimOutcome::Claimed | ClaimOutcome::TakenOver { .. } => {
                 panic!("a completed key must not be claimed")
             }
         }
@@ -245,8 +477,9 @@ pub mod contract {
         );
         assert_eq!(
             claim(s, &k, "b").await,
-            ClaimOutcome::TakenOver,
-            "an expired lease must be taken over, and reported as a takeover"
+            ClaimOutcome::TakenOver { resume: None },
+            "an expired lease must be taken over, and reported as a takeover (with no resume \
+             token: none was marked)"
         );
         assert!(
             !ok(s.renew(&k, "a", LEASE).await, "renew"),
@@ -369,7 +602,8 @@ pub mod contract {
 /// (the reply was lost), fail at once and apply it later in the background (a command still
 /// on the wire, as when a paused server resumes: operations sent after it are applied after
 /// it, as a server applies the commands of one connection in order), or hang. The operation
-/// names are the trait's method names, `claim`, `renew`, `release`, `get`, `remove`, except
+/// names are the trait's method names, `claim`, `renew`, `mark_resume`, `release`, `get`,
+/// `remove`, except
 /// that `finish` is asked as `complete` (a COMPLETED record) or `fail` (a FAILED one), so
 /// a plan can fail one outcome and not the other.
 ///
@@ -534,6 +768,19 @@ mod faulty {
             let (key, owner) = (key.to_owned(), owner.to_owned());
             self.faulty("renew", move |s| async move {
                 s.renew(&key, &owner, lease).await
+            })
+        }
+
+        fn mark_resume<'a>(
+            &'a self,
+            key: &'a str,
+            owner: &'a str,
+            token: &'a str,
+            lease: Duration,
+        ) -> StoreFuture<'a, bool> {
+            let (key, owner, token) = (key.to_owned(), owner.to_owned(), token.to_owned());
+            self.faulty("mark_resume", move |s| async move {
+                s.mark_resume(&key, &owner, &token, lease).await
             })
         }
 

@@ -23,7 +23,9 @@
 //!   ([`TASK_POLL_FIRST`] to [`TASK_POLL_MAX`], the server's hint honoured up to
 //!   [`TASK_POLL_HINT_MAX`]) within the call's deadline, cancelled with `tasks/cancel` when
 //!   the call is cancelled, times out or is dropped, and its id is recorded under
-//!   [`RELATED_TASK_META`] in the output's `_meta`.
+//!   [`RELATED_TASK_META`] in the output's `_meta`. Under the idempotency layer the task id
+//!   is also written to the call's claim before polling, and a duplicate that takes the
+//!   claim over after a crash follows that task instead of calling the tool again.
 //! - Progress: the server's `notifications/progress` for a call (and, for a task, each
 //!   poll or status notification that says it is working) are reported on the request's
 //!   progress handle, so the attempt timeout's idle limit and provenance see them

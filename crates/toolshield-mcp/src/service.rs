@@ -14,7 +14,7 @@ use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::IntoTransport;
 use rmcp::{ClientHandler, Peer, ServiceExt};
 use serde_json::Value;
-use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{CallState, ErrorKind, ShieldRequest, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
 use crate::cancel::CancelNotice;
@@ -227,6 +227,27 @@ impl McpClientService {
                     "mcp call of `{name}` cancelled"
                 )));
             }
+            // Set by the idempotency layer on a call it claimed; see docs/mcp.md, "Resuming
+            // a task after a crash".
+            let resume = req.call_state().and_then(CallState::resume);
+            // A takeover of a claim whose owner died while following a task: follow that
+            // task, never call the tool again.
+            if let Some(task_id) = resume.and_then(|r| r.resume_from()) {
+                // No request token to watch: the task's polls and status notifications
+                // are its heartbeats.
+                let progress = ProgressWatch::new(progress_router.as_ref(), req.progress());
+                let task = TaskCall {
+                    peer: &peer,
+                    name: &name,
+                    token,
+                    deadline: req.deadline_at(),
+                    kind: req.call_kind(),
+                    policy,
+                    progress: &progress,
+                    resume,
+                };
+                return task.resume(task_id).await;
+            }
             let mut params = CallToolRequestParams::new(name.clone());
             params.arguments = arguments;
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -264,6 +285,7 @@ impl McpClientService {
                         kind,
                         policy,
                         progress: &progress,
+                        resume,
                     }
                     .follow(created)
                     .await

@@ -1,16 +1,20 @@
 //! Following an MCP task (the `io.modelcontextprotocol/tasks` extension) to its end, as
 //! one logical call: poll `tasks/get` with backoff within the call's deadline, cancel with
 //! `tasks/cancel` when the call is cancelled, times out or is dropped.
+//!
+//! A call guarded by the idempotency layer records the task id as its resume token when
+//! the task is created; a call that took over the claim of a process that died resumes
+//! that task instead of calling the tool again ([`TaskCall::resume`]).
 
 use std::time::Duration;
 
 use rmcp::model::{CallToolResult, CreateTaskResult, GetTaskParams, TaskPayload};
 use rmcp::service::RoleClient;
-use rmcp::{ErrorData, Peer};
+use rmcp::{ErrorData, Peer, ServiceError};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toolshield_core::{CallKind, ErrorKind, ToolError, ToolResponse};
+use toolshield_core::{CallKind, ErrorKind, Resume, ToolError, ToolResponse};
 
 use crate::cancel::TaskCancel;
 use crate::map::{capped, map_call_error, map_protocol_error, map_result, IsErrorPolicy};
@@ -41,6 +45,9 @@ pub(crate) struct TaskCall<'a> {
     /// The call's progress: a poll or status notification that says "working" is a
     /// heartbeat, so the idle limit does not cut a task the server is working on.
     pub(crate) progress: &'a ProgressWatch,
+    /// The call's resume handle (installed by the idempotency layer on a call it claimed):
+    /// a created task's id is recorded there before it is polled.
+    pub(crate) resume: Option<&'a Resume>,
 }
 
 /// The wait before the next poll: toolshield's backoff, or the server's hint when longer
@@ -67,6 +74,22 @@ fn stamp_task(mut response: ToolResponse, task_id: &str) -> ToolResponse {
 }
 
 impl TaskCall<'_> {
+    /// The task to resume is not there any more (expired, or the server restarted): its
+    /// outcome is unknown, and calling the tool again could repeat a mutation.
+    fn not_resumable(&self, task_id: &str, error: &ErrorData) -> ToolError {
+        ToolError::new(
+            ErrorKind::OutcomeUnknown,
+            format!(
+                "mcp task `{}` for `{}` could not be resumed: `tasks/get` failed: {} ({}); \
+                 the tool is not called again, as its first run may have taken effect",
+                capped(task_id),
+                self.name,
+                capped(&error.message),
+                error.code.0
+            ),
+        )
+    }
+
     fn cancelled(&self, task_id: &str) -> ToolError {
         ToolError::cancelled(format!(
             "mcp call of `{}` cancelled (task `{}` cancelled)",
@@ -75,18 +98,73 @@ impl TaskCall<'_> {
         ))
     }
 
-    /// Polls the task until it ends, the token fires or the deadline passes.
+    /// Records the new task's id on the call's resume handle (if any), then polls the task
+    /// until it ends, the token fires or the deadline passes.
     pub(crate) async fn follow(self, created: CreateTaskResult) -> Result<ToolResponse, ToolError> {
         let task_id = created.task.task_id.clone();
         // Armed until the task reaches a terminal status: every other way out (cancel,
         // deadline, a poll that failed, the future dropped) asks the server to stop it.
         let mut guard = TaskCancel::new(self.peer.clone(), task_id.clone());
+        if let Some(resume) = self.resume {
+            // Written before the first poll, so a process that dies from here on leaves
+            // the id for the owner that takes the claim over. A failed write costs only
+            // that: the call goes on.
+            let recorded = tokio::select! {
+                biased;
+                () = self.token.cancelled() => {
+                    guard.cancel();
+                    return Err(self.cancelled(&task_id));
+                }
+                r = resume.record(&task_id) => r,
+            };
+            match recorded {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    tool = %self.name,
+                    "mcp: the idempotency claim was lost before the task id was recorded"
+                ),
+                Err(e) => tracing::warn!(
+                    tool = %self.name,
+                    error = %e,
+                    "mcp: could not record the task id for resuming; polling goes on"
+                ),
+            }
+        }
+        let hint = created.task.poll_interval_ms;
+        self.poll(task_id, guard, hint, false).await
+    }
+
+    /// Follows the existing task `task_id` (the resume token a call that took over an
+    /// idempotency claim was given): polls it at once and then as [`follow`](Self::follow)
+    /// does, with no `tools/call`. A task the server does not know (any JSON-RPC error on
+    /// the first `tasks/get`) is `OUTCOME_UNKNOWN`: the first run may have taken effect, so
+    /// the tool is not called again.
+    pub(crate) async fn resume(self, task_id: &str) -> Result<ToolResponse, ToolError> {
+        let guard = TaskCancel::new(self.peer.clone(), task_id.to_owned());
+        self.poll(task_id.to_owned(), guard, None, true).await
+    }
+
+    async fn poll(
+        self,
+        task_id: String,
+        mut guard: TaskCancel,
+        mut hint: Option<u64>,
+        resumed: bool,
+    ) -> Result<ToolResponse, ToolError> {
+        // The task's status notifications are heartbeats of this call while it is polled.
         let _status = self.progress.task(&task_id);
         let mut backoff = TASK_POLL_FIRST;
-        let mut hint = created.task.poll_interval_ms;
+        // A resumed task has waited long enough (a whole lease, at least): polled at once.
+        let mut known = !resumed;
         loop {
-            let wait = next_wait(backoff, hint);
-            backoff = (backoff * 2).min(TASK_POLL_MAX);
+            let wait = if known {
+                next_wait(backoff, hint)
+            } else {
+                Duration::ZERO
+            };
+            if known {
+                backoff = (backoff * 2).min(TASK_POLL_MAX);
+            }
             let mut wake = Instant::now() + wait;
             if let Some(deadline) = self.deadline {
                 if Instant::now() >= deadline {
@@ -121,9 +199,13 @@ impl TaskCall<'_> {
             };
             let detailed = match polled {
                 Ok(got) => got.task,
+                Err(ServiceError::McpError(data)) if !known => {
+                    return Err(self.not_resumable(&task_id, &data));
+                }
                 // The guard cancels the task: nobody will poll it again.
                 Err(e) => return Err(map_call_error(self.name, e, self.kind)),
             };
+            known = true;
             hint = detailed.task.poll_interval_ms;
             match detailed.payload {
                 TaskPayload::Working => {

@@ -5,22 +5,45 @@ use std::time::Duration;
 
 use chrono::Utc;
 use toolshield_idempotency::{
-    ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError, StoreFuture,
+    check_resume_token, ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus,
+    StoreError, StoreFuture,
 };
 
 use crate::connection::{LuaScript, RedisConnection};
 use crate::error::Error;
 
-/// The claim: KEYS = record, lease marker; ARGV = record, lease ms, owner, marker ms.
-/// Returns `{0, nil}` (claimed), `{2, nil}` (claimed over an expired claim: the marker of an owner
-/// that never finished was still there) or `{1, record}` (held).
+/// The claim: KEYS = record, lease marker; ARGV = record, lease ms, owner, marker ms, the
+/// record's own resume token as JSON (`""` for none).
+/// Returns `{0, nil}` (claimed), `{2, token}` (claimed over an expired claim: the marker of an
+/// owner that never finished was still there; `token` is the resume token it carried, as JSON,
+/// or nil) or `{1, record}` (held).
+///
+/// The marker holds the owner, and after `mark_resume` a line break and the token as a JSON
+/// string (which has no raw line break: serde escapes control characters, and tokens
+/// have none); a tail that is not exactly one JSON string is no token. A takeover carries that token into the new record (appended as its last
+/// field, where serde writes `resume`) and onto the new marker, so a second takeover
+/// finds it too.
 const CLAIM: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if v then return {1, v} end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local prev = redis.call('GET', KEYS[2])
-redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-if prev then return {2, false} end
+local token = false
+if prev then token = string.match(prev, '\n("[^\n]*")$') or false end
+if token then
+  local ok, t = pcall(cjson.decode, token)
+  if not ok or type(t) ~= 'string' then token = false end
+end
+local rec = ARGV[1]
+local mark = ARGV[3]
+if ARGV[5] ~= '' then
+  mark = mark .. '\n' .. ARGV[5]
+elseif token then
+  rec = string.sub(rec, 1, -2) .. ',"resume":' .. token .. '}'
+  mark = mark .. '\n' .. token
+end
+redis.call('SET', KEYS[1], rec, 'PX', ARGV[2])
+redis.call('SET', KEYS[2], mark, 'PX', ARGV[4])
+if prev then return {2, token} end
 return {0, false}
 "#;
 
@@ -65,6 +88,23 @@ redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[2]))
 return 1
 "#;
 
+/// mark_resume: ARGV = owner, token as a JSON string, lease ms, new lease_until (RFC 3339).
+/// The record is rewritten as text, like `renew` (field order and the PENDING prefix kept):
+/// an earlier token (always the last field: serde writes `resume` last) is cut, the lease
+/// moved, and the token appended as the last field. The marker gets the token after the
+/// owner, and lives one more lease past the record.
+const MARK_RESUME_TAIL: &str = r#"
+local nv = v
+local cut = string.find(nv, ',"resume":', 1, true)
+if cut then nv = string.sub(nv, 1, cut - 1) .. '}' end
+nv = (string.gsub(nv, '"lease_until":"[^"]*"', '"lease_until":"' .. ARGV[4] .. '"', 1))
+nv = (string.gsub(nv, '"expires_at":"[^"]*"', '"expires_at":"' .. ARGV[4] .. '"', 1))
+nv = string.sub(nv, 1, -2) .. ',"resume":' .. ARGV[2] .. '}'
+redis.call('SET', KEYS[1], nv, 'PX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2], 'PX', 2 * tonumber(ARGV[3]))
+return 1
+"#;
+
 /// release: ARGV = owner. The claim ended: its marker goes.
 const RELEASE_TAIL: &str = r#"
 redis.call('DEL', KEYS[1], KEYS[2])
@@ -87,6 +127,7 @@ struct Scripts {
     claim: LuaScript,
     finish: LuaScript,
     renew: LuaScript,
+    mark_resume: LuaScript,
     release: LuaScript,
     remove: LuaScript,
 }
@@ -98,6 +139,7 @@ impl Scripts {
             claim: LuaScript::new(CLAIM),
             finish: LuaScript::new(format!("{GET}{FINISH_RESENT}{CHECK}{FINISH_TAIL}")),
             renew: script(RENEW_TAIL),
+            mark_resume: script(MARK_RESUME_TAIL),
             release: script(RELEASE_TAIL),
             remove: LuaScript::new(REMOVE),
         })
@@ -110,6 +152,24 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 fn encode(record: &IdempotencyRecord) -> Result<String, Error> {
     serde_json::to_string(record).map_err(|e| Error::new(format!("record does not encode: {e}")))
+}
+
+/// The end of a lease of `lease` from now, as the exact text serde writes for the
+/// record's timestamps (without the quotes).
+fn lease_until(lease: Duration) -> Result<String, Error> {
+    let until = chrono::Duration::from_std(lease)
+        .ok()
+        .and_then(|d| Utc::now().checked_add_signed(d))
+        .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
+    let until = serde_json::to_string(&until)
+        .map_err(|e| Error::new(format!("lease time does not encode: {e}")))?;
+    Ok(until.trim_matches('"').to_owned())
+}
+
+/// A resume token as a JSON string, quotes included: the text the scripts splice into the
+/// record.
+fn token_json(token: &str) -> Result<String, Error> {
+    serde_json::to_string(token).map_err(|e| Error::new(format!("token does not encode: {e}")))
 }
 
 fn decode(json: &str) -> Result<IdempotencyRecord, Error> {
@@ -133,8 +193,9 @@ fn marker(key: &str) -> String {
 /// Each operation is one round trip (see the crate docs for the key layout and the
 /// scripts): `claim` is one Lua script (create the PENDING record if absent, and note its
 /// owner in a lease marker that outlives it by one lease, so a claim over an expired one
-/// is reported as a takeover), `finish`/`renew`/`release` are one owner-checked
-/// Lua script each (fenced by the claim's own owner token),
+/// is reported as a takeover, with the resume token the marker carries),
+/// `finish`/`renew`/`mark_resume`/`release` are one owner-checked Lua script each (fenced
+/// by the claim's own owner token),
 /// `get` is one `GET`, `remove` one `DEL`. Every operation is bounded by the connection's
 /// operation timeout; a failure or timeout is a [`StoreError`], which the idempotency
 /// layer turns into `STORE_UNAVAILABLE` (fail-closed) or a run without dedupe (fail-open).
@@ -171,6 +232,10 @@ impl RedisIdempotencyStore {
         let mark = self.conn.key(&mark);
         let key = self.conn.key(key);
         let json = encode(&record)?;
+        let own_token = match &record.resume {
+            Some(token) => token_json(token)?,
+            None => String::new(),
+        };
         let ms = millis(lease);
         let reply: (i64, Option<String>) = self
             .conn
@@ -181,19 +246,30 @@ impl RedisIdempotencyStore {
                     .arg(&json)
                     .arg(ms)
                     .arg(&record.owner)
-                    .arg(ms.saturating_mul(2));
+                    .arg(ms.saturating_mul(2))
+                    .arg(&own_token);
             })
             .await?;
         match reply {
             (0, _) => Ok(ClaimOutcome::Claimed),
-            (2, _) => Ok(ClaimOutcome::TakenOver),
+            (2, token) => Ok(ClaimOutcome::TakenOver {
+                // Not a JSON string: not a token (the marker was written by someone else).
+                resume: token.and_then(|t| serde_json::from_str::<String>(&t).ok()),
+            }),
             (_, Some(json)) => {
                 let there = decode(&json)?;
                 // Our own PENDING record (the owner token is unique to this claim): a resend
                 // of this claim found what its first send created (the cluster client
                 // resends a command whose connection broke after it left). The claim is
-                // ours; answering "held" would make the caller wait out its own lease.
+                // ours; answering "held" would make the caller wait out its own lease. A
+                // resume token on it that we did not send was carried from a claim the
+                // first send took over: the claim is that takeover.
                 if there.owner == record.owner && there.status == RecordStatus::Pending {
+                    if record.resume.is_none() && there.resume.is_some() {
+                        return Ok(ClaimOutcome::TakenOver {
+                            resume: there.resume,
+                        });
+                    }
                     return Ok(ClaimOutcome::Claimed);
                 }
                 Ok(ClaimOutcome::Existing(Arc::new(there)))
@@ -235,14 +311,7 @@ impl RedisIdempotencyStore {
         let mark = marker(key);
         let mark = self.conn.key(&mark);
         let key = self.conn.key(key);
-        let until = chrono::Duration::from_std(lease)
-            .ok()
-            .and_then(|d| Utc::now().checked_add_signed(d))
-            .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
-        // The exact text serde writes for the record's timestamps.
-        let until = serde_json::to_string(&until)
-            .map_err(|e| Error::new(format!("lease time does not encode: {e}")))?;
-        let until = until.trim_matches('"');
+        let until = lease_until(lease)?;
         let ms = millis(lease);
         let done: i64 = self
             .conn
@@ -252,7 +321,36 @@ impl RedisIdempotencyStore {
                     .arg(&*mark)
                     .arg(owner)
                     .arg(ms)
-                    .arg(until);
+                    .arg(&until);
+            })
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn mark_resume_now(
+        &self,
+        key: &str,
+        owner: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<bool, Error> {
+        check_resume_token(token).map_err(|e| Error::new(e.to_string()))?;
+        let token = token_json(token)?;
+        let mark = marker(key);
+        let mark = self.conn.key(&mark);
+        let key = self.conn.key(key);
+        let until = lease_until(lease)?;
+        let ms = millis(lease);
+        let done: i64 = self
+            .conn
+            .eval("mark resume", &Scripts::get().mark_resume, |c| {
+                c.arg(2)
+                    .arg(&*key)
+                    .arg(&*mark)
+                    .arg(owner)
+                    .arg(&token)
+                    .arg(ms)
+                    .arg(&until);
             })
             .await?;
         Ok(done == 1)
@@ -317,6 +415,16 @@ impl IdempotencyStore for RedisIdempotencyStore {
 
     fn renew<'a>(&'a self, key: &'a str, owner: &'a str, lease: Duration) -> StoreFuture<'a, bool> {
         Box::pin(async move { store(self.renew_now(key, owner, lease).await) })
+    }
+
+    fn mark_resume<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        token: &'a str,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move { store(self.mark_resume_now(key, owner, token, lease).await) })
     }
 
     fn release<'a>(&'a self, key: &'a str, owner: &'a str) -> StoreFuture<'a, bool> {

@@ -291,7 +291,7 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
                 .await
                 .unwrap()
             {
-                ClaimOutcome::TakenOver => Some(()),
+                ClaimOutcome::TakenOver { .. } => Some(()),
                 ClaimOutcome::Claimed => panic!("the expired claim must be reported as a takeover"),
                 ClaimOutcome::Existing(_) => None,
             }
