@@ -34,6 +34,12 @@ where
     black_box(call_now(svc, req.clone())).is_ok()
 }
 
+/// The run id of `req`.
+fn req_run(req: &ToolRequest) -> Option<&str> {
+    use toolshield_core::ShieldRequest;
+    req.call_meta().run_id
+}
+
 /// Allocations per call of `svc`, the least of three runs of 1,000 calls.
 fn allocations<S>(svc: &mut S, req: &ToolRequest) -> f64
 where
@@ -79,6 +85,29 @@ fn budget_admit(c: &mut Criterion) {
     });
     group.bench_function("budget_reject", |b| b.iter(|| call(&mut reject, &run)));
     group.bench_function("budget_no_run_id", |b| b.iter(|| call(&mut admit, &no_run)));
+    // The floor of any per-run budget with an expiry: one clock read and one locked
+    // lookup-and-increment by the run id, around the bare call.
+    let floor = std::sync::Mutex::new({
+        let mut m: toolshield_core::hash::FastHashMap<String, u64> = Default::default();
+        m.insert("run-42".to_owned(), 0);
+        m
+    });
+    group.bench_function("floor_clock_and_locked_lookup", |b| {
+        b.iter(|| {
+            let now = tokio::time::Instant::now();
+            if let Some(run) = req_run(&run).and_then(|id| {
+                floor.lock().ok().and_then(|mut m| {
+                    m.get_mut(id).map(|n| {
+                        *n += 1;
+                        *n
+                    })
+                })
+            }) {
+                black_box((run, now));
+            }
+            call(&mut bare, &run)
+        })
+    });
     // The admission gates of the peers, never limited, on the same request: no peer
     // counts calls per agent run, so the fastest gate a call can pass is the bar.
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -141,11 +141,26 @@ impl InMemoryIdempotencyStore {
         lease: Duration,
     ) -> Result<bool, StoreError> {
         check_resume_token(token)?;
+        self.rewrite_owned(key, owner, lease, |record| {
+            record.resume = Some(token.to_owned());
+        })
+    }
+
+    /// The owner check, then the PENDING record rewritten by `change` with a lease of
+    /// `lease` from now; `Ok(false)` when the owner check fails, an error when the record
+    /// no longer fits the store (nothing written).
+    fn rewrite_owned(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        change: impl FnOnce(&mut IdempotencyRecord),
+    ) -> Result<bool, StoreError> {
         let mut too_large = None;
-        let marked = self.entries.update(key, |found| match found {
+        let written = self.entries.update(key, |found| match found {
             Some(f) if f.live && f.value.is_owned_by(owner) => {
                 let mut record = IdempotencyRecord::clone(f.value).with_lease(lease);
-                record.resume = Some(token.to_owned());
+                change(&mut record);
                 match self.put(key, record, lease) {
                     Ok(put) => (put, true),
                     Err(e) => {
@@ -158,7 +173,7 @@ impl InMemoryIdempotencyStore {
         });
         match too_large {
             Some(e) => Err(e),
-            None => Ok(marked),
+            None => Ok(written),
         }
     }
 
@@ -185,24 +200,7 @@ impl InMemoryIdempotencyStore {
     }
 
     fn renew_now(&self, key: &str, owner: &str, lease: Duration) -> Result<bool, StoreError> {
-        let mut too_large = None;
-        let renewed = self.entries.update(key, |found| match found {
-            Some(f) if f.live && f.value.is_owned_by(owner) => {
-                let record = IdempotencyRecord::clone(f.value).with_lease(lease);
-                match self.put(key, record, lease) {
-                    Ok(put) => (put, true),
-                    Err(e) => {
-                        too_large = Some(e);
-                        (Write::Keep, false)
-                    }
-                }
-            }
-            _ => (Write::Keep, false),
-        });
-        match too_large {
-            Some(e) => Err(e),
-            None => Ok(renewed),
-        }
+        self.rewrite_owned(key, owner, lease, |_| {})
     }
 }
 
