@@ -2,7 +2,8 @@
 //! in-process one.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use toolshield_store::{MemoryBounds, StoreError, StoreFuture, TtlMap, Write};
@@ -192,12 +193,19 @@ pub trait BudgetStore: Send + Sync + fmt::Debug {
 }
 
 /// The counters of one run.
-#[derive(Debug, Default)]
+///
+/// Changed only under the write lock of the run's shard (every charge is one
+/// [`TtlMap::update`]), so relaxed loads and stores suffice: the atomics only make the
+/// counters readable through the shared reference the map hands out. A run that calls a
+/// tool for the first time gets a new value with that tool added.
+#[derive(Debug)]
 struct Counts {
-    calls: u64,
-    cost: u64,
+    calls: AtomicU64,
+    cost: AtomicU64,
     /// Calls per tool. Tool names come from configuration, so the list is short.
-    tools: Vec<(Arc<str>, u64)>,
+    tools: Box<[(Arc<str>, AtomicU64)]>,
+    /// What the run weighs in the map: its key and its tools.
+    weight: u64,
 }
 
 /// What one run weighs, besides its key and its tools.
@@ -207,41 +215,61 @@ const RUN_WEIGHT: u64 = 96;
 const TOOL_WEIGHT: u64 = 40;
 
 impl Counts {
-    fn try_charge(&mut self, c: &Charge<'_>) -> Verdict {
-        let pos = self.tools.iter().position(|(t, _)| **t == *c.tool);
-        let used = pos.map_or(0, |i| self.tools[i].1);
+    /// The counters of `prev` (none for a new run) with `tool` added at the end.
+    fn with_tool(prev: Option<&Counts>, key: &str, tool: &str) -> Counts {
+        let load = |n: &AtomicU64| AtomicU64::new(n.load(Ordering::Relaxed));
+        let mut tools: Vec<(Arc<str>, AtomicU64)> = prev
+            .map(|p| {
+                p.tools
+                    .iter()
+                    .map(|(t, n)| (Arc::clone(t), load(n)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        tools.push((Arc::from(tool), AtomicU64::new(0)));
+        let weight = key.len() as u64
+            + RUN_WEIGHT
+            + tools
+                .iter()
+                .map(|(t, _)| t.len() as u64 + TOOL_WEIGHT)
+                .sum::<u64>();
+        Counts {
+            calls: prev.map_or_else(|| AtomicU64::new(0), |p| load(&p.calls)),
+            cost: prev.map_or_else(|| AtomicU64::new(0), |p| load(&p.cost)),
+            tools: tools.into_boxed_slice(),
+            weight,
+        }
+    }
+
+    fn tool(&self, tool: &str) -> Option<&AtomicU64> {
+        self.tools
+            .iter()
+            .find(|(t, _)| **t == *tool)
+            .map(|(_, n)| n)
+    }
+
+    /// Checks `c` against the limits and counts it on `tool` (one of this run's) when
+    /// every one has room. Only under the shard's write lock.
+    fn try_charge(&self, c: &Charge<'_>, tool: &AtomicU64) -> Verdict {
+        let used = tool.load(Ordering::Relaxed);
         if c.max_calls.is_some_and(|max| used >= max) {
             return Verdict::Exhausted(Limit::ToolCalls);
         }
-        if c.run_max_calls.is_some_and(|max| self.calls >= max) {
+        let calls = self.calls.load(Ordering::Relaxed);
+        if c.run_max_calls.is_some_and(|max| calls >= max) {
             return Verdict::Exhausted(Limit::RunCalls);
         }
+        let cost = self.cost.load(Ordering::Relaxed);
         if c.run_max_cost
-            .is_some_and(|max| self.cost.saturating_add(c.cost) > max)
+            .is_some_and(|max| cost.saturating_add(c.cost) > max)
         {
             return Verdict::Exhausted(Limit::RunCost);
         }
-        match pos {
-            Some(i) => self.tools[i].1 = used.saturating_add(1),
-            None => self.tools.push((Arc::from(c.tool), 1)),
-        }
-        self.calls = self.calls.saturating_add(1);
-        self.cost = self.cost.saturating_add(c.cost);
+        tool.store(used.saturating_add(1), Ordering::Relaxed);
+        self.calls.store(calls.saturating_add(1), Ordering::Relaxed);
+        self.cost
+            .store(cost.saturating_add(c.cost), Ordering::Relaxed);
         Verdict::Admitted
-    }
-
-    /// The weight of the run once `tool` is among its tools.
-    fn weight_with(&self, key: &str, tool: &str) -> u64 {
-        let mut known = false;
-        let mut tools: u64 = 0;
-        for (t, _) in &self.tools {
-            known |= **t == *tool;
-            tools += t.len() as u64 + TOOL_WEIGHT;
-        }
-        if !known {
-            tools += tool.len() as u64 + TOOL_WEIGHT;
-        }
-        key.len() as u64 + RUN_WEIGHT + tools
     }
 }
 
@@ -258,7 +286,7 @@ impl Counts {
 /// Cheap to clone; clones share the counters.
 #[derive(Clone)]
 pub struct MemoryBudgetStore {
-    runs: TtlMap<Arc<Mutex<Counts>>>,
+    runs: TtlMap<Counts>,
 }
 
 impl fmt::Debug for MemoryBudgetStore {
@@ -293,60 +321,60 @@ impl MemoryBudgetStore {
     /// The counters of a run as `(calls, cost)`, if it is live (for tests and tooling).
     pub fn usage(&self, key: &str) -> Option<(u64, u64)> {
         self.runs.get(key, |c, _| {
-            let c = c.lock().unwrap_or_else(|e| e.into_inner());
-            (c.calls, c.cost)
+            (
+                c.calls.load(Ordering::Relaxed),
+                c.cost.load(Ordering::Relaxed),
+            )
         })
     }
 
     /// The calls `tool` made in a run, if the run is live.
     pub fn tool_calls(&self, key: &str, tool: &str) -> Option<u64> {
-        self.runs
-            .get(key, |c, _| {
-                let c = c.lock().unwrap_or_else(|e| e.into_inner());
-                c.tools.iter().find(|(t, _)| **t == *tool).map(|(_, n)| *n)
-            })
-            .map(|n| n.unwrap_or(0))
+        self.runs.get(key, |c, _| {
+            c.tool(tool).map_or(0, |n| n.load(Ordering::Relaxed))
+        })
     }
 
     /// [`charge`](BudgetStore::charge) without a future: the store answers at once.
     pub fn charge_now(&self, charge: &Charge<'_>) -> Result<Verdict, StoreError> {
         let max_weight = self.runs.max_weight();
         self.runs.update(charge.key, |found| {
-            // A live run is counted in place (its TTL refreshed); a new one is created.
-            let mut fresh = None;
-            let counts = match found {
-                Some(f) if f.live => f.value,
-                _ => &*fresh.insert(Arc::new(Mutex::new(Counts::default()))),
-            };
-            let (verdict, weight) = {
-                // Uncontended: every update of this run holds the shard's write lock.
-                let mut c = counts.lock().unwrap_or_else(|e| e.into_inner());
-                let weight = c.weight_with(charge.key, charge.tool);
-                if weight > max_weight {
-                    // Nothing counted, nothing written: the run keeps what it had.
-                    return (
-                        Write::Keep,
-                        Err(StoreError::new(
-                            "run counters too large for the memory bound",
-                        )),
-                    );
+            let live = found.filter(|f| f.live).map(|f| f.value);
+            // A live run that called this tool before: counted in place, its TTL
+            // refreshed; nothing is allocated.
+            if let Some(run) = live {
+                if let Some(tool) = run.tool(charge.tool) {
+                    let verdict = run.try_charge(charge, tool);
+                    let touch = Write::Touch {
+                        weight: run.weight,
+                        ttl: charge.ttl,
+                        linger: Duration::ZERO,
+                    };
+                    return (touch, Ok(verdict));
                 }
-                (c.try_charge(charge), weight)
+            }
+            // A new run, or a tool new to the run: its counters with the tool added.
+            let next = Counts::with_tool(live, charge.key, charge.tool);
+            if next.weight > max_weight {
+                // Nothing counted, nothing written: the run keeps what it had.
+                return (
+                    Write::Keep,
+                    Err(StoreError::new(
+                        "run counters too large for the memory bound",
+                    )),
+                );
+            }
+            let verdict = match next.tools.last() {
+                Some((_, tool)) => next.try_charge(charge, tool),
+                None => Verdict::Exhausted(Limit::ToolCalls),
             };
-            let write = match fresh {
-                None => Write::Touch {
-                    weight,
-                    ttl: charge.ttl,
-                    linger: Duration::ZERO,
-                },
-                Some(value) => Write::Put {
-                    value,
-                    weight,
-                    ttl: charge.ttl,
-                    linger: Duration::ZERO,
-                },
+            let put = Write::Put {
+                weight: next.weight,
+                value: next,
+                ttl: charge.ttl,
+                linger: Duration::ZERO,
             };
-            (write, Ok(verdict))
+            (put, Ok(verdict))
         })
     }
 }

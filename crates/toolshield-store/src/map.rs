@@ -138,19 +138,22 @@ impl<V> Shard<V> {
 
     /// Replaces the entry of `key` (if any) with a new one, evicting what it needs to fit.
     /// A value heavier than the shard's share of `max_bytes` is not stored.
+    #[allow(clippy::too_many_arguments)]
     fn put(
         &mut self,
         key: &str,
+        at: Option<usize>,
         value: V,
         weight: u64,
         ttl: Duration,
         linger: Duration,
         now: Instant,
     ) -> bool {
-        // An entry already there whose replacement fits the bytes it frees (the count is
-        // unchanged) is overwritten in its slot: no eviction can be needed, and the key
-        // keeps its index entry and its allocation.
-        if let Some(&pos) = self.index.get(key) {
+        // An entry already there (`at`, its slot, when the caller looked it up) whose
+        // replacement fits the bytes it frees (the count is unchanged) is overwritten in
+        // its slot: no eviction can be needed, and the key keeps its index entry and its
+        // allocation.
+        if let Some(pos) = at {
             if let Some(Some(entry)) = self.slots.get_mut(pos) {
                 let bytes = self.bytes - entry.weight + weight;
                 if weight <= self.max_bytes && bytes <= self.max_bytes {
@@ -166,7 +169,10 @@ impl<V> Shard<V> {
         }
         // The old entry goes first, whatever happens to the new one: never serve a value
         // older than the one just written.
-        let old = self.remove(key);
+        let old = match at {
+            Some(pos) => self.remove_at(pos),
+            None => None,
+        };
         if weight > self.max_bytes {
             return false;
         }
@@ -199,12 +205,9 @@ impl<V> Shard<V> {
         true
     }
 
-    /// Gives the entry of `key` a new weight and TTL, in place when it still fits the
+    /// Gives the entry in slot `pos` a new weight and TTL, in place when it still fits the
     /// shard's bytes; an entry that no longer fits is removed (as `put` would leave it).
-    fn touch(&mut self, key: &str, weight: u64, ttl: Duration, linger: Duration, now: Instant) {
-        let Some(&pos) = self.index.get(key) else {
-            return;
-        };
+    fn touch(&mut self, pos: usize, weight: u64, ttl: Duration, linger: Duration, now: Instant) {
         let Some(Some(entry)) = self.slots.get_mut(pos) else {
             return;
         };
@@ -365,7 +368,9 @@ impl<V> TtlMap<V> {
     /// when it is heavier than [`max_weight`](Self::max_weight) (the old entry is removed
     /// all the same). A zero `ttl` stores an entry that is never live.
     pub fn insert(&self, key: &str, value: V, weight: u64, ttl: Duration) -> bool {
-        Self::write(self.shard(key)).put(key, value, weight, ttl, Duration::ZERO, Instant::now())
+        let mut guard = Self::write(self.shard(key));
+        let at = guard.index.get(key).copied();
+        guard.put(key, at, value, weight, ttl, Duration::ZERO, Instant::now())
     }
 
     /// Reads and writes the entry of `key` atomically (under the shard's write lock): `f`
@@ -385,32 +390,41 @@ impl<V> TtlMap<V> {
         f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R),
     ) -> R {
         let mut guard = Self::write(self.shard(key));
-        let found = guard.entry(key).and_then(|e| {
-            (now < e.keep_until).then(|| Found {
-                value: &e.value,
-                live: now < e.deadline,
-            })
-        });
+        // One lookup of the key: the slot serves the write too.
+        let at = guard.index.get(key).copied();
+        let found = at
+            .and_then(|pos| guard.slots.get(pos))
+            .and_then(Option::as_ref)
+            .and_then(|e| {
+                (now < e.keep_until).then(|| Found {
+                    value: &e.value,
+                    live: now < e.deadline,
+                })
+            });
         let (write, out) = f(found);
-        match write {
-            Write::Keep => {}
-            Write::Remove => {
-                guard.remove(key);
+        match (write, at) {
+            (Write::Keep, _) | (Write::Remove | Write::Touch { .. }, None) => {}
+            (Write::Remove, Some(pos)) => {
+                guard.remove_at(pos);
             }
-            Write::Touch {
-                weight,
-                ttl,
-                linger,
-            } => {
-                guard.touch(key, weight, ttl, linger, now);
-            }
-            Write::Put {
-                value,
-                weight,
-                ttl,
-                linger,
-            } => {
-                guard.put(key, value, weight, ttl, linger, now);
+            (
+                Write::Touch {
+                    weight,
+                    ttl,
+                    linger,
+                },
+                Some(pos),
+            ) => guard.touch(pos, weight, ttl, linger, now),
+            (
+                Write::Put {
+                    value,
+                    weight,
+                    ttl,
+                    linger,
+                },
+                at,
+            ) => {
+                guard.put(key, at, value, weight, ttl, linger, now);
             }
         }
         out
