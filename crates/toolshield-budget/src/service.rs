@@ -92,10 +92,12 @@ where
     type Error = ToolError;
     type Future = ResponseFuture<S::Future, S::Response>;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
         match self.ledger.admit(&self.tool, &req) {
             Admission::Pass => LayerFuture::passthrough(self.inner.call(req)),

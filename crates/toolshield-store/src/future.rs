@@ -50,6 +50,7 @@ pin_project! {
 
 impl<F, R> LayerFuture<F, R> {
     /// The inner service's future, its error converted into a [`ToolError`].
+    #[inline]
     pub fn passthrough(fut: F) -> Self {
         LayerFuture {
             kind: Kind::Passthrough { fut },
@@ -64,6 +65,7 @@ impl<F, R> LayerFuture<F, R> {
     }
 
     /// An answer known when the call was made (a request the layer rejects).
+    #[inline]
     pub fn ready(result: Result<R, ToolError>) -> Self {
         LayerFuture {
             kind: Kind::Ready {
@@ -91,6 +93,7 @@ where
 {
     type Output = Result<R, ToolError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Passthrough { fut } => fut.poll(cx).map_err(Into::into),
