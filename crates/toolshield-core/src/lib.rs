@@ -50,6 +50,6 @@ pub use toolshield_contract::{config, hash, http_impls, panic, time};
 
 pub use canonical::{cache_key, payload_digest, Digest};
 pub use envelope::{ToolResult, ToolResultError, ToolStatus};
-pub use request::{RequestMeta, ToolRequest};
+pub use request::{RequestMeta, SharedPayload, ToolRequest};
 pub use response::{Provenance, ToolResponse};
 pub use service::ToolService;

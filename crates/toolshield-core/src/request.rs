@@ -35,6 +35,53 @@ struct Payload {
     digest: OnceLock<Result<Digest, ToolError>>,
 }
 
+/// A request's payload, shared with the request and every clone of it (one reference
+/// count, no copy): what an in-memory store keeps beside a record so that a later call
+/// can compare its payload with it before hashing anything.
+///
+/// Two payloads that are equal as JSON values have the same canonical digest, so
+/// [`same_as`](Self::same_as) answering `true` settles a comparison; `false` does not
+/// (`1` and `1.0` differ as values and are one canonical number): compare the digests
+/// then.
+///
+/// ```
+/// use serde_json::json;
+/// use toolshield_core::ToolRequest;
+///
+/// let first = ToolRequest::new("pay", json!({"amount": 42, "to": "acct_1"}));
+/// let kept = first.shared_payload();
+/// let again = ToolRequest::new("pay", json!({"to": "acct_1", "amount": 42}));
+/// assert!(kept.same_as(&again));
+/// assert!(!kept.same_as(&ToolRequest::new("pay", json!({"amount": 43, "to": "acct_1"}))));
+/// ```
+#[derive(Clone)]
+pub struct SharedPayload(Arc<Payload>);
+
+impl SharedPayload {
+    /// The payload.
+    pub fn value(&self) -> &Value {
+        &self.0.value
+    }
+
+    /// Whether `req` carries this payload: the same one (a clone of the request), or an
+    /// equal JSON value.
+    pub fn same_as(&self, req: &ToolRequest) -> bool {
+        Arc::ptr_eq(&self.0, &req.shared.payload) || self.0.value == req.shared.payload.value
+    }
+}
+
+impl PartialEq for SharedPayload {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.value == other.0.value
+    }
+}
+
+impl fmt::Debug for SharedPayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SharedPayload").field(&self.0.value).finish()
+    }
+}
+
 /// What every clone of a request shares, behind one `Arc`: cloning a request is one
 /// reference-count increment. The rare changes (a builder call on a shared request, the
 /// fresh attempt token of a retry) copy this small struct, never the payload.
@@ -207,6 +254,11 @@ impl ToolRequest {
     /// The payload (the tool's arguments).
     pub fn payload(&self) -> &Value {
         &self.shared.payload.value
+    }
+
+    /// The payload as a handle shared with this request (no copy): see [`SharedPayload`].
+    pub fn shared_payload(&self) -> SharedPayload {
+        SharedPayload(Arc::clone(&self.shared.payload))
     }
 
     /// The side-effect class.

@@ -71,7 +71,15 @@ impl InMemoryIdempotencyStore {
         record: IdempotencyRecord,
         ttl: Duration,
     ) -> Result<Write<Arc<IdempotencyRecord>>, StoreError> {
-        let weight = key.len().saturating_add(serialized_len(&record)) as u64;
+        // The payload kept beside a record (never serialized) counts too.
+        let payload = record
+            .payload
+            .as_ref()
+            .map_or(0, |p| serialized_len(p.value()));
+        let weight = key
+            .len()
+            .saturating_add(serialized_len(&record))
+            .saturating_add(payload) as u64;
         if weight > self.entries.max_weight() {
             return Err(StoreError::new(format!(
                 "a record of {weight} bytes is larger than the in-memory store holds ({} bytes)",

@@ -9,8 +9,8 @@ use chrono::Utc;
 use tokio::time::Instant;
 use toolshield_core::config::deadline_after;
 use toolshield_core::{
-    CallKind, Digest, ErrorKind, Resume, ResumeFuture, ResumeSink, ShieldRequest, ToolError,
-    ToolRequest, ToolResponse,
+    CallKind, Digest, ErrorKind, Resume, ResumeFuture, ResumeSink, SharedPayload, ShieldRequest,
+    ToolError, ToolRequest, ToolResponse,
 };
 use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
@@ -57,8 +57,13 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
         // A replay from a store that answers at once (in memory): decided here, with no
         // claim and no future to box. The digest is kept on the request for `run`.
         if let Some(rec) = self.shared.store.finished_now(&skey) {
-            return ResponseFuture::ready(match req.payload_digest() {
-                Ok(hash) => replay(&self.shared, &rec, hash, req.tool()),
+            // An equal payload kept with the record settles it without the digest.
+            let same = match &rec.payload {
+                Some(kept) if kept.same_as(&req) => Ok(true),
+                _ => req.payload_digest().map(|hash| hash == rec.payload_hash),
+            };
+            return ResponseFuture::ready(match same {
+                Ok(same) => replay(&self.shared, &rec, same, req.tool()),
                 Err(e) => Err(e),
             });
         }
@@ -196,17 +201,18 @@ impl Drop for ClaimGuard {
 }
 
 /// What a call finds in `rec`, a record of its key that another call wrote: the
-/// replayed outcome when it is finished and `payload_hash` matches,
+/// replayed outcome when it is finished and the call's payload is the same
+/// (`same_payload`),
 /// `IDEMPOTENCY_KEY_REUSED` when the payload differs. A PENDING record with the same
 /// payload is the caller's to wait on; here it is `IN_PROGRESS`.
 fn replay(
     shared: &Shared,
     rec: &IdempotencyRecord,
-    payload_hash: Digest,
+    same_payload: bool,
     tool: &str,
 ) -> Result<ToolResponse, ToolError> {
     let counters = &shared.counters;
-    if rec.payload_hash != payload_hash {
+    if !same_payload {
         counters.conflicts.bump();
         return Err(reused(tool));
     }
@@ -449,12 +455,12 @@ where
             Ok(ClaimOutcome::Existing(rec)) => {
                 // A finished record, or another payload: answered from the record.
                 if rec.is_finished() || rec.payload_hash != payload_hash {
-                    return replay(&shared, &rec, payload_hash, &tool);
+                    return replay(&shared, &rec, rec.payload_hash == payload_hash, &tool);
                 }
                 // A PENDING claim of the same call.
                 match cfg.on_pending {
                     OnPending::FailFast => {
-                        return replay(&shared, &rec, payload_hash, &tool);
+                        return replay(&shared, &rec, rec.payload_hash == payload_hash, &tool);
                     }
                     OnPending::Wait => {
                         if !waited {
@@ -463,7 +469,7 @@ where
                         }
                         let now = Instant::now();
                         if now >= wait_until {
-                            return replay(&shared, &rec, payload_hash, &tool);
+                            return replay(&shared, &rec, rec.payload_hash == payload_hash, &tool);
                         }
                         tokio::time::sleep(interval.min(wait_until - now)).await;
                         interval = interval
@@ -601,6 +607,7 @@ where
             cfg.record_ttl,
         );
     }
+    let payload = req.shared_payload();
     let result = call_under_lease(
         &shared, &mut svc, req, &tool, skey, owner, mutating, &mut lease,
     )
@@ -622,7 +629,16 @@ where
                 cfg.record_ttl,
             );
             let at = (tool.as_ref(), skey, owner);
-            let w = record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
+            let w = record(
+                &shared,
+                at,
+                rec,
+                cfg.record_ttl,
+                &mut lease,
+                &mut guard,
+                &payload,
+            )
+            .await;
             if w != Written::Yes {
                 // The tool ran and its result is not recorded: never let the key turn
                 // silently free. Mark the key OUTCOME_UNKNOWN (a duplicate is told so
@@ -671,7 +687,16 @@ where
             let rec =
                 IdempotencyRecord::failed(payload_hash, owner.to_owned(), &err, cfg.record_ttl);
             let at = (tool.as_ref(), skey, owner);
-            record(&shared, at, rec, cfg.record_ttl, &mut lease, &mut guard).await;
+            record(
+                &shared,
+                at,
+                rec,
+                cfg.record_ttl,
+                &mut lease,
+                &mut guard,
+                &payload,
+            )
+            .await;
             Err(err)
         }
         Err(e) if releases_key(e.kind()) && claim.from.is_some() => {
@@ -697,7 +722,16 @@ where
         Err(e) => {
             let rec = IdempotencyRecord::failed(payload_hash, owner.to_owned(), &e, cfg.failed_ttl);
             let at = (tool.as_ref(), skey, owner);
-            record(&shared, at, rec, cfg.failed_ttl, &mut lease, &mut guard).await;
+            record(
+                &shared,
+                at,
+                rec,
+                cfg.failed_ttl,
+                &mut lease,
+                &mut guard,
+                &payload,
+            )
+            .await;
             Err(e)
         }
     }
@@ -709,11 +743,14 @@ where
 async fn record(
     shared: &Shared,
     (tool, skey, owner): (&str, &str, &str),
-    rec: IdempotencyRecord,
+    mut rec: IdempotencyRecord,
     ttl: Duration,
     lease: &mut Lease,
     guard: &mut ClaimGuard,
+    payload: &SharedPayload,
 ) -> Written {
+    // Kept by an in-memory store, so a replay with an equal payload needs no digest.
+    rec.payload = Some(payload.clone());
     guard.on_drop = OnDrop::Write(Box::new(rec.clone()), ttl);
     let w = write_outcome(shared, tool, skey, owner, &rec, ttl, lease).await;
     if w != Written::Failed {

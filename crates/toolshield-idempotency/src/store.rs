@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use toolshield_core::{Digest, ErrorKind, ToolError, ToolResponse};
+use toolshield_core::{Digest, ErrorKind, SharedPayload, ToolError, ToolResponse};
 pub use toolshield_store::{StoreError, StoreFuture};
 
 /// The lifecycle state of an idempotency record.
@@ -121,6 +121,12 @@ pub struct IdempotencyRecord {
     /// appends it to the record's JSON text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<String>,
+    /// The payload of the call, shared with its request, in memory only (never
+    /// serialized): an in-memory store keeps it with a finished record, so a replay whose
+    /// payload is equal as a JSON value needs no digest. `None` in a record read from a
+    /// remote store; the digest decides then.
+    #[serde(skip)]
+    pub payload: Option<SharedPayload>,
 }
 
 /// The longest resume token a store accepts, in bytes
@@ -179,6 +185,7 @@ impl IdempotencyRecord {
             lease_until: Some(until),
             expires_at: until,
             resume: None,
+            payload: None,
         }
     }
 
@@ -198,6 +205,7 @@ impl IdempotencyRecord {
             lease_until: None,
             expires_at: wall_after(ttl),
             resume: None,
+            payload: None,
         }
     }
 
@@ -217,6 +225,7 @@ impl IdempotencyRecord {
             lease_until: None,
             expires_at: wall_after(ttl),
             resume: None,
+            payload: None,
         }
     }
 

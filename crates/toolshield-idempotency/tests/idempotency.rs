@@ -597,3 +597,55 @@ async fn a_waiting_duplicate_polls_with_a_growing_interval() {
     let claims = store.claims.load(Ordering::SeqCst);
     assert!((5..=15).contains(&claims), "{claims} claims");
 }
+
+/// A replay compares the payload kept with the in-memory record first and the canonical
+/// digest only when the values differ: payloads equal as JSON in another key order
+/// replay, a number written `42.0` for `42` is the same canonical payload and replays
+/// too, a different amount is `IDEMPOTENCY_KEY_REUSED`; nothing runs twice.
+#[tokio::test(start_paused = true)]
+async fn replays_compare_the_kept_payload_then_the_digest() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
+    let (layer, handle, store) = layer();
+    let with = |payload: Value| {
+        ToolRequest::new("pay", payload)
+            .kind(CallKind::Mutating)
+            .idempotency_key("order-9")
+    };
+    call(&svc, &layer, with(json!({"amount": 42, "currency": "EUR"})))
+        .await
+        .expect("first");
+    // The finished record keeps the payload, and it counts in the store's weight.
+    let key = handle
+        .key_for(&with(json!({})))
+        .expect("key")
+        .expect("a key is set");
+    let kept = store
+        .get(&key)
+        .await
+        .expect("store")
+        .expect("the record is there");
+    assert_eq!(
+        kept.payload.as_ref().map(|p| p.value().clone()),
+        Some(json!({"amount": 42, "currency": "EUR"}))
+    );
+    let reordered = call(&svc, &layer, with(json!({"currency": "EUR", "amount": 42})))
+        .await
+        .expect("equal value");
+    assert!(reordered.provenance.replayed);
+    let float = call(
+        &svc,
+        &layer,
+        with(json!({"amount": 42.0, "currency": "EUR"})),
+    )
+    .await
+    .expect("same canonical payload");
+    assert!(float.provenance.replayed);
+    let other = call(&svc, &layer, with(json!({"amount": 43, "currency": "EUR"})))
+        .await
+        .expect_err("another payload");
+    assert_eq!(other.kind(), ErrorKind::IdempotencyKeyReused);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "nothing ran twice");
+    let c = handle.counts();
+    assert_eq!((c.replays, c.conflicts), (2, 1));
+}
