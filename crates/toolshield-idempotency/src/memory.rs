@@ -68,18 +68,20 @@ impl InMemoryIdempotencyStore {
     fn put(
         &self,
         key: &str,
-        record: IdempotencyRecord,
+        mut record: IdempotencyRecord,
         ttl: Duration,
     ) -> Result<Write<Arc<IdempotencyRecord>>, StoreError> {
-        // The payload kept beside a record (never serialized) counts too.
-        let payload = record
-            .payload
-            .as_ref()
-            .map_or(0, |p| serialized_len(p.value()));
-        let weight = key
-            .len()
-            .saturating_add(serialized_len(&record))
-            .saturating_add(payload) as u64;
+        let mut weight = key.len().saturating_add(serialized_len(&record)) as u64;
+        // The payload kept beside a record (never serialized) counts too; a record that
+        // would not fit with it is kept without it (a replay then hashes the payload).
+        if let Some(p) = &record.payload {
+            let with = weight.saturating_add(serialized_len(p.value()) as u64);
+            if with <= self.entries.max_weight() {
+                weight = with;
+            } else {
+                record.payload = None;
+            }
+        }
         if weight > self.entries.max_weight() {
             return Err(StoreError::new(format!(
                 "a record of {weight} bytes is larger than the in-memory store holds ({} bytes)",
