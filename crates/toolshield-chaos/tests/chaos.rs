@@ -249,29 +249,6 @@ async fn in_band_failures_use_the_response_type_or_fall_back_to_an_error() {
 }
 
 #[test]
-fn building_an_active_layer_logs_a_warning() {
-    let logs = toolshield_test::LogCapture::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let mut cfg = on(77);
-    cfg.hang = Some(HangFault { rate: 0.01 });
-    tracing::subscriber::with_default(subscriber, || {
-        ChaosLayer::from_config("weather", &cfg).unwrap().unwrap();
-    });
-    let text = logs.text();
-    assert!(text.contains("WARN"), "{text}");
-    assert!(text.contains("fault injection is ON"), "{text}");
-    assert!(
-        text.contains("tool=\"weather\"") || text.contains("tool=weather"),
-        "{text}"
-    );
-    assert!(text.contains("seed=77"), "{text}");
-}
-
-#[test]
 fn every_problem_is_listed() {
     let cfg: ChaosConfig = serde_json::from_str(
         r#"{

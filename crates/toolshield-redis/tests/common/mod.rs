@@ -1,14 +1,16 @@
 //! Shared helpers of the Redis integration tests.
 #![allow(dead_code, unreachable_pub)]
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use tokio::time::Instant;
 use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_idempotency::{
-    IdempotencyConfig, IdempotencyHandle, IdempotencyLayer, IdempotencyStore,
+    IdempotencyConfig, IdempotencyHandle, IdempotencyLayer, IdempotencyStore, OnStoreError,
 };
 use toolshield_redis::testing::unique_prefix;
 use toolshield_redis::{RedisConfig, RedisConnection};
@@ -87,4 +89,32 @@ pub fn pay(key: &str) -> ToolRequest {
 /// One call through `stack`.
 pub fn call(stack: &Stack, req: ToolRequest) -> tower::util::Oneshot<Stack, ToolRequest> {
     stack.clone().oneshot(req)
+}
+
+/// The idempotency settings of the fault tests: a 2 s lease.
+pub fn config(on_store_error: OnStoreError) -> IdempotencyConfig {
+    IdempotencyConfig {
+        on_store_error,
+        lease: Duration::from_secs(2),
+        ..IdempotencyConfig::default()
+    }
+}
+
+/// Polls `f` until it returns `Some`, for at most `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
