@@ -215,8 +215,9 @@ const RUN_WEIGHT: u64 = 96;
 const TOOL_WEIGHT: u64 = 40;
 
 impl Counts {
-    /// The counters of `prev` (none for a new run) with `tool` added at the end.
-    fn with_tool(prev: Option<&Counts>, key: &str, tool: &str) -> Counts {
+    /// The counters of `prev` (none for a new run) with `charge`'s tool added at the end,
+    /// and the verdict of `charge` on them (counted when admitted).
+    fn with_tool(prev: Option<&Counts>, charge: &Charge<'_>) -> (Counts, Verdict) {
         let load = |n: &AtomicU64| AtomicU64::new(n.load(Ordering::Relaxed));
         let mut tools: Vec<(Arc<str>, AtomicU64)> = prev
             .map(|p| {
@@ -226,19 +227,25 @@ impl Counts {
                     .collect()
             })
             .unwrap_or_default();
-        tools.push((Arc::from(tool), AtomicU64::new(0)));
-        let weight = key.len() as u64
+        let weight = charge.key.len() as u64
             + RUN_WEIGHT
             + tools
                 .iter()
-                .map(|(t, _)| t.len() as u64 + TOOL_WEIGHT)
+                .map(|(t, _)| t.len() as u64)
+                .chain(std::iter::once(charge.tool.len() as u64))
+                .map(|len| len + TOOL_WEIGHT)
                 .sum::<u64>();
-        Counts {
+        let mut counts = Counts {
             calls: prev.map_or_else(|| AtomicU64::new(0), |p| load(&p.calls)),
             cost: prev.map_or_else(|| AtomicU64::new(0), |p| load(&p.cost)),
-            tools: tools.into_boxed_slice(),
+            tools: Box::default(),
             weight,
-        }
+        };
+        let slot = AtomicU64::new(0);
+        let verdict = counts.try_charge(charge, &slot);
+        tools.push((Arc::from(charge.tool), slot));
+        counts.tools = tools.into_boxed_slice();
+        (counts, verdict)
     }
 
     fn tool(&self, tool: &str) -> Option<&AtomicU64> {
@@ -354,7 +361,7 @@ impl MemoryBudgetStore {
                 }
             }
             // A new run, or a tool new to the run: its counters with the tool added.
-            let next = Counts::with_tool(live, charge.key, charge.tool);
+            let (next, verdict) = Counts::with_tool(live, charge);
             if next.weight > max_weight {
                 // Nothing counted, nothing written: the run keeps what it had.
                 return (
@@ -364,10 +371,6 @@ impl MemoryBudgetStore {
                     )),
                 );
             }
-            let verdict = match next.tools.last() {
-                Some((_, tool)) => next.try_charge(charge, tool),
-                None => Verdict::Exhausted(Limit::ToolCalls),
-            };
             let put = Write::Put {
                 weight: next.weight,
                 value: next,

@@ -202,9 +202,8 @@ impl Drop for ClaimGuard {
 
 /// What a call finds in `rec`, a record of its key that another call wrote: the
 /// replayed outcome when it is finished and the call's payload is the same
-/// (`same_payload`),
-/// `IDEMPOTENCY_KEY_REUSED` when the payload differs. A PENDING record with the same
-/// payload is the caller's to wait on; here it is `IN_PROGRESS`.
+/// (`same_payload`), `IDEMPOTENCY_KEY_REUSED` when the payload differs, `IN_PROGRESS`
+/// for a PENDING record the call does not (or no longer) wait on.
 fn replay(
     shared: &Shared,
     rec: &IdempotencyRecord,
@@ -453,30 +452,24 @@ where
                 break (Lease::new(sent, cfg.lease), resume);
             }
             Ok(ClaimOutcome::Existing(rec)) => {
-                // A finished record, or another payload: answered from the record.
-                if rec.is_finished() || rec.payload_hash != payload_hash {
-                    return replay(&shared, &rec, rec.payload_hash == payload_hash, &tool);
+                let same = rec.payload_hash == payload_hash;
+                // A finished record, another payload, or a PENDING claim not waited for:
+                // answered from the record (a PENDING one is `IN_PROGRESS`).
+                if !same || rec.is_finished() || cfg.on_pending == OnPending::FailFast {
+                    return replay(&shared, &rec, same, &tool);
                 }
-                // A PENDING claim of the same call.
-                match cfg.on_pending {
-                    OnPending::FailFast => {
-                        return replay(&shared, &rec, rec.payload_hash == payload_hash, &tool);
-                    }
-                    OnPending::Wait => {
-                        if !waited {
-                            waited = true;
-                            counters.waits.bump();
-                        }
-                        let now = Instant::now();
-                        if now >= wait_until {
-                            return replay(&shared, &rec, rec.payload_hash == payload_hash, &tool);
-                        }
-                        tokio::time::sleep(interval.min(wait_until - now)).await;
-                        interval = interval
-                            .saturating_mul(2)
-                            .min(cfg.max_poll_interval.max(cfg.poll_interval));
-                    }
+                if !waited {
+                    waited = true;
+                    counters.waits.bump();
                 }
+                let now = Instant::now();
+                if now >= wait_until {
+                    return replay(&shared, &rec, same, &tool);
+                }
+                tokio::time::sleep(interval.min(wait_until - now)).await;
+                interval = interval
+                    .saturating_mul(2)
+                    .min(cfg.max_poll_interval.max(cfg.poll_interval));
             }
         }
     };

@@ -7,9 +7,11 @@
 //! it; [`ProgressRouter`] maps the progress token (and the task id) of each call in
 //! flight to that call's handle, and [`WithProgress`] is the handler that feeds it.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 // Sampling, roots and logging are deprecated in rmcp; the handler still delegates them.
@@ -139,50 +141,56 @@ impl ProgressRouter {
     }
 
     fn register_call(&self, token: ProgressToken, progress: &Progress) -> u64 {
-        let mut routes = self.lock();
-        let id = next_id(&mut routes);
-        let replaced = routes.calls.insert(
-            token,
-            Route {
-                id,
-                progress: progress.clone(),
-            },
-        );
-        drop(routes);
-        drop(replaced);
-        id
+        self.register(|r| &mut r.calls, token, progress)
     }
 
     fn register_task(&self, task_id: String, progress: &Progress) -> u64 {
+        self.register(|r| &mut r.tasks, task_id, progress)
+    }
+
+    fn remove_call(&self, token: &ProgressToken, id: u64) {
+        self.remove(|r| &mut r.calls, token, id);
+    }
+
+    fn remove_task(&self, task_id: &str, id: u64) {
+        self.remove(|r| &mut r.tasks, task_id, id);
+    }
+
+    /// Puts `progress` under `key` in the map `pick` chooses, replacing any earlier
+    /// registration; the id of this one.
+    fn register<K: Hash + Eq>(
+        &self,
+        pick: impl FnOnce(&mut Routes) -> &mut HashMap<K, Route>,
+        key: K,
+        progress: &Progress,
+    ) -> u64 {
         let mut routes = self.lock();
         let id = next_id(&mut routes);
-        let replaced = routes.tasks.insert(
-            task_id,
-            Route {
-                id,
-                progress: progress.clone(),
-            },
-        );
+        let route = Route {
+            id,
+            progress: progress.clone(),
+        };
+        let replaced = pick(&mut routes).insert(key, route);
+        // Handles are dropped outside the lock.
         drop(routes);
         drop(replaced);
         id
     }
 
-    fn remove_call(&self, token: &ProgressToken, id: u64) {
+    /// Removes the registration `id` of `key`, and nothing registered after it.
+    fn remove<K, Q>(
+        &self,
+        pick: impl FnOnce(&mut Routes) -> &mut HashMap<K, Route>,
+        key: &Q,
+        id: u64,
+    ) where
+        K: Hash + Eq + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let mut routes = self.lock();
-        let removed = if routes.calls.get(token).is_some_and(|r| r.id == id) {
-            routes.calls.remove(token)
-        } else {
-            None
-        };
-        drop(routes);
-        drop(removed);
-    }
-
-    fn remove_task(&self, task_id: &str, id: u64) {
-        let mut routes = self.lock();
-        let removed = if routes.tasks.get(task_id).is_some_and(|r| r.id == id) {
-            routes.tasks.remove(task_id)
+        let map = pick(&mut routes);
+        let removed = if map.get(key).is_some_and(|r| r.id == id) {
+            map.remove(key)
         } else {
             None
         };

@@ -20,9 +20,9 @@ use crate::error::Error;
 ///
 /// The marker holds the owner, and after `mark_resume` a line break and the token as a JSON
 /// string (which has no raw line break: serde escapes control characters, and tokens
-/// have none); a tail that is not exactly one JSON string is no token. A takeover carries that token into the new record (appended as its last
-/// field, where serde writes `resume`) and onto the new marker, so a second takeover
-/// finds it too.
+/// have none); a tail that is not exactly one JSON string is no token. A takeover carries
+/// that token into the new record (appended as its last field, where serde writes
+/// `resume`) and onto the new marker, so a second takeover finds it too.
 const CLAIM: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if v then return {1, v} end
