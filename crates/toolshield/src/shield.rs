@@ -750,6 +750,7 @@ fn tool_stack<S: ToolService>(
     }
     let l = p.layers(tool).clone();
     let metrics = p.metrics.for_tool(tool);
+    let attempt = attempt_stack(&l, &metrics, flow, service);
     let stack = ServiceBuilder::new()
         .option_layer(l.kind.map(|kind| {
             MapRequestLayer::new(move |mut req: ToolRequest| {
@@ -771,17 +772,59 @@ fn tool_stack<S: ToolService>(
         // measured against boxing each attempt, both, and neither (docs/benchmarks.md).
         .layer(MapFutureLayer::new(box_call))
         .layer(l.retry)
-        .option_layer(flow.hedge.clone())
-        .layer(metrics.attempt_layer())
-        .option_layer(flow.rate_limit.clone())
-        // A caught panic is INTERNAL, which the breaker counts (it is never retried).
-        .layer(l.breaker.classifier(CountPanics::new()))
-        .option_layer(flow.bulkhead.clone())
-        .layer(l.timeout)
-        .option_layer(flow.faults.clone())
-        .layer(catch_panic())
-        .service(service);
+        .service(attempt);
     Either::Left(stack)
+}
+
+/// The layers below retry: one attempt.
+///
+/// A tool with no flow-control layer below retry (the common case) gets them left out
+/// of its type, not merely switched off: an absent optional layer still sizes its
+/// future for the present one (the hedge's alone is several hundred bytes), and the
+/// retry future, boxed once per call, then outgrows the allocator's small-size caches.
+/// A tool with any of them pays for a type-erased attempt stack instead: one
+/// allocation for its clone in each call and one for each attempt's future.
+fn attempt_stack<S: ToolService>(
+    l: &ToolLayers,
+    metrics: &MetricsLayer,
+    flow: &Flow,
+    service: S,
+) -> Either<
+    BoxCloneSyncService<ToolRequest, ToolResponse, ToolError>,
+    impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+> {
+    // A caught panic is INTERNAL, which the breaker counts (it is never retried).
+    let breaker = l.breaker.clone().classifier(CountPanics::new());
+    if flow.hedge.is_none()
+        && flow.rate_limit.is_none()
+        && flow.bulkhead.is_none()
+        && flow.faults.is_none()
+    {
+        return Either::Right(
+            ServiceBuilder::new()
+                .layer(metrics.attempt_layer())
+                .layer(breaker)
+                .layer(l.timeout.clone())
+                .layer(catch_panic())
+                .service(service),
+        );
+    }
+    Either::Left(BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .option_layer(flow.hedge.clone())
+            .layer(metrics.attempt_layer())
+            .option_layer(flow.rate_limit.clone())
+            .layer(breaker)
+            .option_layer(flow.bulkhead.clone())
+            .layer(l.timeout.clone())
+            .option_layer(flow.faults.clone())
+            .layer(catch_panic())
+            .service(service),
+    ))
 }
 
 /// The future of the retry layer and what it wraps, boxed.
