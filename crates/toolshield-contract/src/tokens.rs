@@ -4,15 +4,20 @@
 //! cloned by several layers per call, so the request keeps both of its tokens behind
 //! one `Arc` instead: cloning a request, or handing a layer a way to cancel the attempt,
 //! is a single reference-count increment.
+//!
+//! The attempt token is made the first time it is asked for (by the tool, or by a guard
+//! cancelling an abandoned attempt): a child token costs two allocations and a lock on
+//! the call token both to make and to drop, which a tool that never watches it should
+//! not pay. A token made after its attempt or call was cancelled is made cancelled.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 
 struct Tokens {
     call: CancellationToken,
-    attempt: CancellationToken,
+    attempt: OnceLock<CancellationToken>,
 }
 
 /// The call token (the caller's: cancelling it cancels the whole call) and the attempt
@@ -30,14 +35,19 @@ impl CallTokens {
     /// Uses the caller's `call` token; the attempt token is a new child of it.
     #[must_use]
     pub fn with_call(call: CancellationToken) -> Self {
-        let attempt = call.child_token();
-        CallTokens(Arc::new(Tokens { call, attempt }))
+        CallTokens(Arc::new(Tokens {
+            call,
+            attempt: OnceLock::new(),
+        }))
     }
 
     /// Wraps tokens a request type keeps elsewhere (`attempt` should be a child of `call`).
     #[must_use]
     pub fn from_parts(call: CancellationToken, attempt: CancellationToken) -> Self {
-        CallTokens(Arc::new(Tokens { call, attempt }))
+        CallTokens(Arc::new(Tokens {
+            call,
+            attempt: OnceLock::from(attempt),
+        }))
     }
 
     /// The call token.
@@ -47,7 +57,7 @@ impl CallTokens {
 
     /// The attempt token.
     pub fn attempt(&self) -> &CancellationToken {
-        &self.0.attempt
+        self.0.attempt.get_or_init(|| self.0.call.child_token())
     }
 
     /// The same call token with a fresh attempt token, for the next attempt.
@@ -71,7 +81,14 @@ impl fmt::Debug for CallTokens {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallTokens")
             .field("call_cancelled", &self.0.call.is_cancelled())
-            .field("attempt_cancelled", &self.0.attempt.is_cancelled())
+            .field(
+                "attempt_cancelled",
+                &self
+                    .0
+                    .attempt
+                    .get()
+                    .is_some_and(CancellationToken::is_cancelled),
+            )
             .finish()
     }
 }

@@ -105,7 +105,10 @@ fn stamp_progress(resp: &mut ToolResponse, progress: &Progress) {
     let p = &mut resp.provenance;
     if p.progress_reports == 0 && p.progress_message.is_none() {
         p.progress_reports = progress.reports();
-        p.progress_message = progress.last_message();
+        // No report, no message: the lock is taken only when there was one.
+        if p.progress_reports > 0 {
+            p.progress_message = progress.last_message();
+        }
     }
 }
 

@@ -89,9 +89,11 @@ impl PolicyCell {
     }
 }
 
-/// What one wrapped service shares among its clones: how to build its stack, and the
-/// stack built last (so a clone made from a stale one does not build it again).
+/// What one wrapped service shares among its clones: the policies, how to build its
+/// stack, and the stack built last (so a clone made from a stale one does not build it
+/// again). One `Arc` for all of it: a clone of the service costs one increment here.
 pub(crate) struct Wrapped<B, T> {
+    cell: Arc<PolicyCell>,
     build: B,
     latest: RwLock<(u64, T)>,
 }
@@ -99,7 +101,6 @@ pub(crate) struct Wrapped<B, T> {
 /// A tool's stack that follows reloads: the stack of the current generation, rebuilt
 /// (once per wrapped service and generation) when the generation changes.
 pub(crate) struct Reloading<B, T> {
-    cell: Arc<PolicyCell>,
     shared: Arc<Wrapped<B, T>>,
     generation: u64,
     stack: T,
@@ -108,7 +109,6 @@ pub(crate) struct Reloading<B, T> {
 impl<B, T: Clone> Clone for Reloading<B, T> {
     fn clone(&self) -> Self {
         Reloading {
-            cell: Arc::clone(&self.cell),
             shared: Arc::clone(&self.shared),
             generation: self.generation,
             stack: self.stack.clone(),
@@ -125,8 +125,8 @@ where
         let policies = cell.load();
         let stack = build(&policies);
         Reloading {
-            cell,
             shared: Arc::new(Wrapped {
+                cell,
                 build,
                 latest: RwLock::new((policies.generation, stack.clone())),
             }),
@@ -138,7 +138,7 @@ where
     /// Brings the stack to the current generation.
     #[inline]
     fn refresh(&mut self) {
-        let now = self.cell.generation();
+        let now = self.shared.cell.generation();
         if now != self.generation {
             self.rebuild(now);
         }
@@ -154,7 +154,7 @@ where
                 return;
             }
         }
-        let policies = self.cell.load();
+        let policies = self.shared.cell.load();
         let stack = (self.shared.build)(&policies);
         let mut latest = write(&self.shared.latest);
         if policies.generation > latest.0 {
