@@ -1,6 +1,6 @@
-//! toolshield for axum: a router for operating toolshield (`/healthz`, `/metrics` and the
-//! breaker admin API) to merge into your own app, and a layer that lets the toolshield
-//! layers protect your own handlers.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! - `GET /healthz` runs the registered checks concurrently, each under its own timeout,
 //!   and answers `200 {"status":"ok","components":{...},"failing":[]}` when every core
@@ -28,23 +28,6 @@
 //! applies, and a JSON body ([`error_response`]); [`MatchedPathKey`] gives each route its own
 //! breaker and [`HandlerClassifier`] counts only a handler's 5xx and errors. See the
 //! layer's example and `docs/axum.md`.
-//!
-//! # Example
-//!
-//! ```
-//! use toolshield_axum::ShieldRouter;
-//! use toolshield_breaker::BreakerRegistry;
-//! use toolshield_metrics::local_prometheus;
-//!
-//! let registry = BreakerRegistry::default();
-//! let router: axum::Router = ShieldRouter::new()
-//!     .core_check("store", || async { Ok::<_, String>(()) })
-//!     .metrics(local_prometheus())
-//!     .breakers(registry)
-//!     .admin_token_from_env(toolshield_axum::ADMIN_TOKEN_ENV)
-//!     .build();
-//! # let _ = router;
-//! ```
 
 mod admin;
 mod error_response;

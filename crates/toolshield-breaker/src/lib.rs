@@ -1,4 +1,6 @@
-//! Per-key circuit breakers for tower services.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! [`BreakerLayer`] puts a circuit breaker in front of a service, one breaker per key
 //! (the tool name by default, see [`KeyFn`]), all held by a [`BreakerRegistry`] that every
@@ -30,39 +32,6 @@
 //!
 //! In the default stack the breaker sits inside retry and outside the attempt timeout, so
 //! it checks and records every attempt, and sees the timeout layer's slow-call marks.
-//!
-//! # Example
-//!
-//! ```
-//! use std::time::Duration;
-//! use serde_json::json;
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use toolshield_breaker::{BreakerConfig, BreakerLayer, CircuitState};
-//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = BreakerLayer::from_config(&BreakerConfig {
-//!     consecutive_failures: 3,
-//!     open_wait: Duration::from_secs(10),
-//!     ..BreakerConfig::default()
-//! })?;
-//! let registry = layer.registry().clone();
-//! let mut svc = ServiceBuilder::new().layer(layer).service(service_fn(|_req: ToolRequest| async {
-//!     Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "weather api down"))
-//! }));
-//!
-//! for _ in 0..3 {
-//!     let err = svc.ready().await?.call(ToolRequest::new("weather", json!({}))).await.unwrap_err();
-//!     assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
-//! }
-//! assert_eq!(registry.state("weather"), CircuitState::Open);
-//! let err = svc.ready().await?.call(ToolRequest::new("weather", json!({}))).await.unwrap_err();
-//! assert_eq!(err.kind(), ErrorKind::CircuitOpen);
-//! assert!(err.retry_after().is_some());
-//! # Ok(())
-//! # }
-//! ```
 
 mod config;
 mod event_log;

@@ -1,4 +1,6 @@
-//! Read-only result cache for tool calls.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! Caches the results of `ReadOnly` calls under `cache:{tool}:-:sha256(canonical payload)`
 //! (RFC 8785, so key order and number spelling do not matter), or
@@ -20,33 +22,6 @@
 //! Entries live in a [`CacheStore`]: [`InMemoryCacheStore`] here (bounded by entries and
 //! bytes), Redis in `toolshield-redis`. Every store passes `testing::contract` (feature
 //! `testing`); `testing::FaultyCacheStore` injects store faults for tests.
-//!
-//! # Example
-//!
-//! ```
-//! use std::time::Duration;
-//! use serde_json::json;
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
-//! use toolshield_cache::{CacheConfig, CacheLayer};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(600)))?;
-//! let handle = layer.handle();
-//! let mut svc = ServiceBuilder::new().layer(layer).service(service_fn(|_req: ToolRequest| async {
-//!     Ok::<_, ToolError>(ToolResponse::new(json!({"temp": 21})))
-//! }));
-//!
-//! let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(CallKind::ReadOnly);
-//! let first = svc.ready().await?.call(req.clone()).await?;
-//! let second = svc.ready().await?.call(req).await?;
-//! assert!(!first.provenance.cache_hit && second.provenance.cache_hit);
-//! assert_eq!(first.provenance.fetched_at, second.provenance.fetched_at);
-//! assert_eq!((handle.counts().hits, handle.counts().misses), (1, 1));
-//! # Ok(())
-//! # }
-//! ```
 
 mod config;
 mod flight;

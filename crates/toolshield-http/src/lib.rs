@@ -1,4 +1,6 @@
-//! The toolshield layers around HTTP clients.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! `toolshield-core` implements [`ShieldRequest`](toolshield_core::ShieldRequest) for
 //! `http::Request<B>` and [`ShieldResponse`](toolshield_core::ShieldResponse) for
@@ -27,28 +29,6 @@
 //!
 //! Breakers key on the host by default; insert an [`HttpRoute`] in the request's
 //! extensions to key on a route template instead.
-//!
-//! # Example
-//!
-//! ```
-//! use std::time::Duration;
-//! use toolshield_http::{hyper_client, BufferBodyLayer, HttpErrorLayer};
-//! use toolshield_retry::RetryLayer;
-//! use toolshield_timeout::TimeoutLayer;
-//! use tower::ServiceBuilder;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // retry (per request, idempotent methods only) > attempt timeout > client
-//! let client = ServiceBuilder::new()
-//!     .layer(BufferBodyLayer::default())
-//!     .layer(RetryLayer::from_config(&Default::default())?)
-//!     .layer(TimeoutLayer::new(Duration::from_secs(5)))
-//!     .layer(HttpErrorLayer::new())
-//!     .service(hyper_client());
-//! # let _ = client;
-//! # Ok(()) }
-//! ```
 
 mod body;
 mod error;

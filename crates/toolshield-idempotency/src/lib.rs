@@ -1,4 +1,6 @@
-//! Dedupe of mutating tool calls: the idempotency layer.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! A `Mutating` or `Idempotent` call carries an idempotency key (given, or derived as
 //! sha256(tool, canonical payload, caller, 1 h window)). The first call with a key
@@ -28,32 +30,6 @@
 //! Records live in an [`IdempotencyStore`]: [`InMemoryIdempotencyStore`] here (bounded,
 //! per-record TTL), Redis in `toolshield-redis`. Every store passes the contract suite in
 //! `testing::contract` (feature `testing`).
-//!
-//! # Example
-//!
-//! ```
-//! use serde_json::json;
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
-//! use toolshield_idempotency::{IdempotencyConfig, IdempotencyLayer};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = IdempotencyLayer::new(IdempotencyConfig::default())?;
-//! let handle = layer.handle();
-//! let mut svc = ServiceBuilder::new().layer(layer).service(service_fn(|_req: ToolRequest| async {
-//!     Ok::<_, ToolError>(ToolResponse::new(json!({"charge": "ch_1"})))
-//! }));
-//!
-//! let pay = ToolRequest::new("pay", json!({"amount": 42})).kind(CallKind::Mutating).idempotency_key("order-7");
-//! let first = svc.ready().await?.call(pay.clone()).await?;
-//! let again = svc.ready().await?.call(pay).await?;
-//! assert!(!first.provenance.replayed && again.provenance.replayed);
-//! assert_eq!(first.output, again.output);
-//! assert_eq!(handle.counts().executions, 1);
-//! # Ok(())
-//! # }
-//! ```
 
 mod config;
 mod future;

@@ -1,6 +1,6 @@
-//! Calls tools on MCP servers through the official Rust SDK, `rmcp`, as a
-//! `Service<ToolRequest>`, so the whole toolshield stack (timeouts, retries, breaker per
-//! server or per tool, idempotency, provenance) applies to MCP tool calls unchanged.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! - [`McpClientService`]: every call goes to the MCP tool named by the request (a
 //!   `{server}__` prefix stripped, for `RouterBuilder::server`); cheap to clone, one
@@ -34,44 +34,6 @@
 //! It is the innermost service of the default stack: the attempt timeout drops its
 //! future, which abandons the request and tells the server; the server may still finish
 //! the call (cancellation in MCP is cooperative).
-//!
-//! # Example
-//!
-//! ```
-//! use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
-//! use rmcp::service::{RequestContext, RoleServer};
-//! use rmcp::{ErrorData, ServerHandler, ServiceExt};
-//! use serde_json::json;
-//! use toolshield_core::{ToolError, ToolRequest};
-//! use toolshield_mcp::McpClientService;
-//! use tower::ServiceExt as _;
-//!
-//! struct Echo;
-//! impl ServerHandler for Echo {
-//!     async fn call_tool(
-//!         &self,
-//!         req: CallToolRequestParams,
-//!         _cx: RequestContext<RoleServer>,
-//!     ) -> Result<CallToolResponse, ErrorData> {
-//!         let text = serde_json::Value::from(req.arguments.unwrap_or_default()).to_string();
-//!         Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
-//!     }
-//! }
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), ToolError> {
-//! let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-//! tokio::spawn(async move {
-//!     if let Ok(server) = Echo.serve(server_io).await {
-//!         let _ = server.waiting().await;
-//!     }
-//! });
-//! let files = McpClientService::connect(client_io).await?.with_server("files");
-//!
-//! let res = files.oneshot(ToolRequest::new("files__echo", json!({"x": 1}))).await?;
-//! assert_eq!(res.output["content"][0]["text"], r#"{"x":1}"#);
-//! # Ok(()) }
-//! ```
 
 mod cancel;
 mod map;

@@ -1,4 +1,6 @@
-//! Metrics and tracing for tool calls.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! - [`MetricsLayer`] records, once per logical call, `tool_execution_total{tool,status}`,
 //!   `tool_duration_seconds{tool,status}` (histogram), `tool_errors_total{tool,code}`,
@@ -29,31 +31,6 @@
 //!
 //! Spans are plain `tracing` spans: to export them with OpenTelemetry, add a
 //! `tracing-opentelemetry` layer to your subscriber; this crate needs no feature for it.
-//!
-//! # Example
-//!
-//! ```
-//! use serde_json::json;
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
-//! use toolshield_core::{ToolError, ToolRequest, ToolResponse};
-//! use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let exporter = local_prometheus(); // or `install_prometheus()?` for the global recorder
-//! let metrics = MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target())?;
-//! let tool = service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!({"temp": 21}))) });
-//! let svc = ServiceBuilder::new().layer(metrics).service(tool);
-//!
-//! svc.clone().oneshot(ToolRequest::new("weather", json!({"city": "Paris"}))).await?;
-//! svc.oneshot(ToolRequest::new("unlisted", json!({}))).await?;
-//!
-//! let text = exporter.render();
-//! assert!(text.contains(r#"tool_execution_total{tool="weather",status="success"} 1"#));
-//! assert!(text.contains(r#"tool_execution_total{tool="other",status="success"} 1"#));
-//! # Ok(())
-//! # }
-//! ```
 
 mod future;
 mod handles;

@@ -1,4 +1,6 @@
-//! Provenance for tool calls: every successful response says where its data came from.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! [`ProvenanceLayer`] fills in the [`Provenance`](toolshield_core::Provenance) of every
 //! response, keeping what the tool or an inner layer already wrote:
@@ -24,31 +26,6 @@
 //! In [the default stack](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md) the layer sits right inside metrics and outside
 //! everything else, so the duration covers the whole call and a cache hit is stamped
 //! like a fresh result.
-//!
-//! # Example
-//!
-//! ```
-//! use serde_json::json;
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
-//! use toolshield_core::{payload_digest, ToolError, ToolRequest, ToolResponse};
-//! use toolshield_provenance::ProvenanceLayer;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), ToolError> {
-//! let tool = service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!({"temp": 21}))) });
-//! let svc = ServiceBuilder::new()
-//!     .layer(ProvenanceLayer::new().source_for("weather", "open-meteo.com"))
-//!     .service(tool);
-//! let res = svc.oneshot(ToolRequest::new("weather", json!({"city": "Paris"})).trace_id("t-1")).await?;
-//! let p = &res.provenance;
-//! assert_eq!(p.source.as_deref(), Some("open-meteo.com"));
-//! assert_eq!(p.trace_id.as_deref(), Some("t-1"));
-//! assert_eq!(p.attempts, 1);
-//! assert!(p.fetched_at.is_some() && !p.cache_hit);
-//! assert_eq!(p.response_digest, Some(payload_digest(&json!({"temp": 21}))?));
-//! # Ok(())
-//! # }
-//! ```
 
 mod config;
 mod future;

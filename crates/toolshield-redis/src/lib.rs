@@ -1,5 +1,6 @@
-//! Redis implementations of the toolshield stores: exactly-once idempotency and a shared
-//! result cache across processes, and shared circuit-breaker open-state.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! One process keeps everything in memory. Several replicas point at one Redis (or Redis
 //! Cluster) and share:
@@ -32,33 +33,6 @@
 //! | `breaker:{registry}` (hash) | per breaker key: open-until (server clock, ms) and origin | the longest open period |
 //!
 //! `docs/redis.md` describes the scripts, the waiting strategy and the failure handling.
-//!
-//! # Example
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use serde_json::json;
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use toolshield_core::{CallKind, ToolError, ToolRequest, ToolResponse};
-//! use toolshield_idempotency::{IdempotencyConfig, IdempotencyLayer};
-//! use toolshield_redis::{RedisConfig, RedisConnection, RedisIdempotencyStore};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let conn = RedisConnection::connect(RedisConfig::from_url("redis://127.0.0.1:6379")).await?;
-//! let store = Arc::new(RedisIdempotencyStore::new(conn.clone()));
-//! let layer = IdempotencyLayer::with_store(IdempotencyConfig::default(), store)?;
-//! let mut svc = ServiceBuilder::new().layer(layer).service(service_fn(|_req: ToolRequest| async {
-//!     Ok::<_, ToolError>(ToolResponse::new(json!({"charge": "ch_1"})))
-//! }));
-//! let pay = ToolRequest::new("pay", json!({"amount": 42})).kind(CallKind::Mutating).idempotency_key("order-7");
-//! let first = svc.ready().await?.call(pay.clone()).await?;
-//! let again = svc.ready().await?.call(pay).await?; // any replica: one GET-like round trip
-//! assert!(again.provenance.replayed && first.output == again.output);
-//! println!("redis healthy, ping {:?}", conn.health().await?);
-//! # Ok(())
-//! # }
-//! ```
 
 mod breaker;
 mod budget;

@@ -1,5 +1,6 @@
-//! Retries for tower services: backoff with jitter, `Retry-After` and 429, a shared retry
-//! budget, deadline-aware, safe for mutations.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! ## In detail
 //!
 //! [`RetryLayer`] wraps any `Service<Req>` whose request implements
 //! [`ShieldRequest`](toolshield_contract::ShieldRequest) (`toolshield_core::ToolRequest`,
@@ -24,42 +25,6 @@
 //!
 //! In the default stack the layer sits inside fallback and outside the circuit breaker and
 //! the attempt timeout (the whole order: `docs/layer-order.md`).
-//!
-//! # Example
-//!
-//! ```
-//! use std::sync::atomic::{AtomicU32, Ordering};
-//! use std::sync::Arc;
-//! use serde_json::json;
-//! use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
-//! use toolshield_retry::{BackoffStrategy, RetryLayer};
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), ToolError> {
-//! let calls = Arc::new(AtomicU32::new(0));
-//! let counter = Arc::clone(&calls);
-//! // A flaky tool: the first call fails with a connection error.
-//! let tool = service_fn(move |_req: ToolRequest| {
-//!     let n = counter.fetch_add(1, Ordering::SeqCst);
-//!     async move {
-//!         if n == 0 {
-//!             Err(ToolError::new(ErrorKind::ConnectionFailed, "connection reset"))
-//!         } else {
-//!             Ok(ToolResponse::new(json!({"temp": 21})))
-//!         }
-//!     }
-//! });
-//! let svc = ServiceBuilder::new()
-//!     .layer(RetryLayer::default().with_backoff(BackoffStrategy::none()))
-//!     .service(tool);
-//! let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(CallKind::ReadOnly);
-//! let res = svc.oneshot(req).await?;
-//! assert_eq!(res.provenance.attempts, 2);
-//! assert_eq!(calls.load(Ordering::SeqCst), 2);
-//! # Ok(())
-//! # }
-//! ```
 
 mod backoff;
 mod budget;

@@ -1,48 +1,5 @@
-//! JSON Schema validation of tool payloads.
-//!
-//! Each tool may have a schema for its arguments. A [`Schema`] is compiled once, when it
-//! is built (a schema that does not compile is a configuration error saying where), and a
-//! [`ValidateLayer`] holds the one schema of the tool it wraps: the facade builds one per
-//! tool that has a schema, so a call never looks its schema up by name. An invalid payload fails with
-//! `INVALID_INPUT` and the schema errors in the message; the inner service never runs.
-//! `INVALID_INPUT` is never retried and never counted by a breaker.
-//!
-//! The messages name the path and the rule that failed but never the payload's values or
-//! keys (either may be a secret): `"/amount: value is not of type \"integer\""`. A key
-//! the schema names (in `properties`, `required`, dependencies) is shown in a path; any
-//! other key is shown as `*`, and the keys a rule rejects (`additionalProperties`,
-//! `propertyNames`, `unevaluatedProperties`) are counted, not listed. Checking an invalid
-//! payload stops after the errors the message lists: a large payload (more than
-//! 10,000 values) is reported with its first error only.
-//!
-//! In the default stack ([layer order](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md))
-//! it sits inside the deadline and before cache, idempotency and breaker, so a malformed
-//! call claims no key, fills no cache and never counts against the tool.
-//!
-//! # Example
-//!
-//! ```
-//! use serde_json::json;
-//! use tower::{service_fn, Layer, ServiceExt};
-//! use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-//! use toolshield_validate::{Schema, ValidateLayer};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
-//! let schema = Schema::new(json!({
-//!     "type": "object",
-//!     "properties": {"amount": {"type": "integer", "minimum": 1}},
-//!     "required": ["amount"]
-//! }))
-//! .unwrap();
-//! let tool = service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!("paid"))) });
-//! let svc = ValidateLayer::new(schema).layer(tool);
-//!
-//! let err = svc.clone().oneshot(ToolRequest::new("pay", json!({"amount": "ten"}))).await.unwrap_err();
-//! assert_eq!(err.kind(), ErrorKind::InvalidInput);
-//! assert!(svc.oneshot(ToolRequest::new("pay", json!({"amount": 10}))).await.is_ok());
-//! # }
-//! ```
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::fmt;
 use std::future::Future;

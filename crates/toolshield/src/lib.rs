@@ -1,32 +1,5 @@
-//! toolshield: reliable tool calls for AI agents, as `tower` middleware.
-//!
-//! Each concern is its own layer in its own crate; this facade re-exports them, builds
-//! the default stack from one configuration ([`Shield`]) and adds [`ServiceBuilderExt`]
-//! for composing a stack by hand, in [the default order](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md).
-//!
-//! # Example
-//!
-//! ```
-//! use std::time::Duration;
-//! use serde_json::json;
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
-//! use toolshield::prelude::*;
-//!
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() {
-//! let weather = service_fn(|req: ToolRequest| async move {
-//!     Ok::<_, ToolError>(ToolResponse::new(json!({"city": req.payload()["city"], "temp": 21})))
-//! });
-//! let svc = ServiceBuilder::new()
-//!     .cancellable()
-//!     .total_deadline(Duration::from_secs(10))
-//!     .attempt_timeout(Duration::from_secs(4), Some(Duration::from_secs(2)))
-//!     .service(weather);
-//! let req = ToolRequest::new("weather", json!({"city": "Paris"})).kind(CallKind::ReadOnly);
-//! let result: ToolResult = svc.oneshot(req).await.into();
-//! assert!(result.is_success());
-//! # }
-//! ```
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::time::Duration;
 
@@ -166,3 +139,13 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(layer.attempt_layer())
     }
 }
+
+/// The repository's README, whose Rust snippets run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
+/// `docs/getting-started.md`, whose Rust snippets run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/getting-started.md")]
+pub struct GettingStartedDoctests;
