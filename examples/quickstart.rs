@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
+use toolshield::breaker::CircuitState;
 use toolshield::config::ShieldConfig;
 use toolshield::prelude::*;
 use toolshield::shield::{BoxTool, Shield, ToolRouter};
@@ -219,6 +220,7 @@ async fn main() -> Result<(), BoxError> {
     );
 
     println!("\n2. retries: two 503s, then a 429 asking for 1 s, then success");
+    let mut events = shield.breaker_for("flaky_api").subscribe();
     call(&router, "flaky api", read("flaky_api", json!({"q": 1})))
         .await
         .ok();
@@ -227,6 +229,44 @@ async fn main() -> Result<(), BoxError> {
         "",
         flaky_calls.load(Ordering::SeqCst)
     );
+    // The breaker counts attempts, not calls: what it did during this one call.
+    let mut path = vec![shield
+        .breaker_for("flaky_api")
+        .state("flaky_api")
+        .to_string()];
+    let mut opened = false;
+    while let Ok(event) = events.try_recv() {
+        if &*event.key == "flaky_api" {
+            if path.len() == 1 {
+                path[0] = event.from.to_string();
+            }
+            opened |= event.to == CircuitState::Open;
+            path.push(event.to.to_string());
+        }
+    }
+    println!("  {:<34} its breaker went {}", "", path.join(" -> "));
+    if opened {
+        println!(
+            "  {:<34} three failed attempts in a row opened it (open for 1 s); the retry",
+            ""
+        );
+        println!(
+            "  {:<34} waited the 1 s the 429 asked for, as long as the breaker stays open,",
+            ""
+        );
+        println!(
+            "  {:<34} so the 4th attempt found it half-open and went through as its probe;",
+            ""
+        );
+        println!(
+            "  {:<34} the success closed it. A shorter wait would have met the open breaker",
+            ""
+        );
+        println!(
+            "  {:<34} and ended the call with CIRCUIT_OPEN, which is never retried.",
+            ""
+        );
+    }
 
     println!("\n3. cache: the same lookup twice");
     call(
@@ -293,29 +333,42 @@ async fn main() -> Result<(), BoxError> {
     let payment = |key: &str| {
         ToolRequest::new("pay", json!({"amount": 4200, "currency": "EUR"})).idempotency_key(key)
     };
+    let before = pay_calls.load(Ordering::SeqCst);
     call(&router, "pay order-7", payment("order-7")).await.ok();
     call(&router, "pay order-7 again", payment("order-7"))
         .await
         .ok();
+    println!(
+        "  {:<34} the payment tool ran {} time(s) for order-7",
+        "",
+        pay_calls.load(Ordering::SeqCst) - before
+    );
     let before = pay_calls.load(Ordering::SeqCst);
     let at_once = (0..10).map(|_| router.clone().oneshot(payment("order-8")));
     let results = futures_join_all(at_once).await;
+    // Every one of the ten: a task that panicked counts as a failure, not as absent.
     let outputs: Vec<Value> = results
         .iter()
         .filter_map(|r| r.as_ref().ok().map(|r| r.output.clone()))
         .collect();
-    let same = outputs.len() == results.len() && outputs.windows(2).all(|w| w[0] == w[1]);
+    let mut answers: Vec<&Value> = Vec::new();
+    for output in &outputs {
+        if !answers.contains(&output) {
+            answers.push(output);
+        }
+    }
+    let summary = match (outputs.len(), answers.as_slice()) {
+        (0, _) => "none succeeded".to_owned(),
+        (10, [output]) => format!("all 10 got {output}"),
+        (n, [output]) => format!("{n} of 10 succeeded, all with {output}"),
+        (n, _) => format!(
+            "{n} of 10 succeeded, with {} different answers",
+            answers.len()
+        ),
+    };
     println!(
-        "  {:<34} {} callers, {}; the payment tool ran {} time(s) for order-8",
+        "  {:<34} 10 callers, {summary}; the payment tool ran {} time(s) for order-8",
         "pay order-8 x10 concurrently",
-        results.len(),
-        match (same, outputs.first()) {
-            (true, Some(output)) => format!("all {} got {output}", outputs.len()),
-            _ => format!(
-                "{} of them succeeded, with different answers",
-                outputs.len()
-            ),
-        },
         pay_calls.load(Ordering::SeqCst) - before
     );
 

@@ -5,9 +5,10 @@
 //! times as a client would (a tool call, a cached repeat, an invalid payload, health,
 //! metrics, the admin API, live reloads), prints what came back, and exits.
 //! `cargo run --example tool_server -- --serve [--config PATH]` keeps serving on
-//! 127.0.0.1:8080 until Ctrl-C (try `curl -XPOST localhost:8080/tools/weather -d
-//! '{"city":"Paris"}'`, and the CLI: `TOOLSHIELD_ADMIN_TOKEN=demo-token toolshield
-//! breakers status`).
+//! 127.0.0.1:8080 until Ctrl-C (try `curl -XPOST localhost:8080/tools/weather -H
+//! 'content-type: application/json' -d '{"city":"Paris"}'`: the body is read with axum's
+//! `Json`, which answers 415 without that header; and the CLI:
+//! `TOOLSHIELD_ADMIN_TOKEN=demo-token toolshield breakers status`).
 //!
 //! The configuration lives in a file (`--config PATH`, else a copy of the one below in the
 //! temporary directory). The server reloads it when its modification time changes (polled

@@ -174,6 +174,10 @@ pub struct ToolError {
     retry_after: Option<Duration>,
     attempts: u32,
     elapsed: Option<Duration>,
+    // The provenance of a failure, as the provenance layer stamps it: the tool called and
+    // the source behind it. `Arc`s shared with the stack: stamping copies no string.
+    tool: Option<Arc<str>>,
+    origin: Option<Arc<str>>,
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
 }
 
@@ -187,6 +191,8 @@ impl ToolError {
             retry_after: None,
             attempts: 0,
             elapsed: None,
+            tool: None,
+            origin: None,
             source: None,
         }
     }
@@ -278,6 +284,27 @@ impl ToolError {
         self
     }
 
+    /// Records the tool that was called and the source behind it (the tool, server or URL
+    /// its provenance names), as the provenance layer does for every failure it sees, so
+    /// the `ToolResult` envelope of an error names them as a success's does.
+    #[must_use]
+    pub fn with_provenance(mut self, tool: Arc<str>, source: Arc<str>) -> Self {
+        self.tool = Some(tool);
+        self.origin = Some(source);
+        self
+    }
+
+    /// The tool that was called, when a layer recorded it
+    /// ([`with_provenance`](Self::with_provenance)).
+    pub fn provenance_tool(&self) -> Option<&Arc<str>> {
+        self.tool.as_ref()
+    }
+
+    /// The source behind the tool (its provenance `source`), when a layer recorded it.
+    pub fn provenance_source(&self) -> Option<&Arc<str>> {
+        self.origin.as_ref()
+    }
+
     /// The canonical kind.
     pub fn kind(&self) -> ErrorKind {
         self.kind
@@ -348,6 +375,9 @@ impl fmt::Debug for ToolError {
         if self.attempts > 0 {
             d.field("attempts", &self.attempts);
         }
+        if let Some(tool) = &self.tool {
+            d.field("tool", tool);
+        }
         if let Some(source) = &self.source {
             d.field("source", source);
         }
@@ -415,6 +445,8 @@ impl ToolError {
             retry_after: None,
             attempts: 0,
             elapsed: None,
+            tool: None,
+            origin: None,
             source: Some(Arc::from(error)),
         }
     }

@@ -53,7 +53,8 @@ pub struct ToolResult {
     /// Whether the data came from a store instead of a fresh execution: a cache hit or an
     /// idempotent replay (`provenance` says which).
     pub from_cache: bool,
-    /// Where the data came from; for an error, the attempts and duration when known.
+    /// Where the data came from; for an error, the tool, its source, the attempts and
+    /// the duration when known.
     pub provenance: Option<Provenance>,
 }
 
@@ -90,7 +91,10 @@ impl From<ToolError> for ToolResult {
         let duration_ms = err
             .elapsed()
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let provenance = (err.attempts() > 0 || duration_ms.is_some()).then(|| Provenance {
+        let known = err.attempts() > 0 || duration_ms.is_some() || err.provenance_tool().is_some();
+        let provenance = known.then(|| Provenance {
+            tool: err.provenance_tool().cloned(),
+            source: err.provenance_source().cloned(),
             attempts: err.attempts(),
             duration_ms,
             ..Provenance::default()

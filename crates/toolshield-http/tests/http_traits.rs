@@ -219,6 +219,35 @@ async fn the_error_layer_maps_client_errors() {
     }
 }
 
+#[tokio::test(start_paused = true)]
+async fn tower_timeout_under_the_error_layer_is_timeout() {
+    use tower::timeout::TimeoutLayer;
+    use tower::{service_fn, Layer, ServiceExt};
+    // A client that answers after a minute, under tower's own timeout, under the error
+    // layer: tower's `Elapsed` (boxed, as tower returns it) reaches the mapping.
+    let slow = service_fn(|_req: Request<()>| async {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<_, std::io::Error>(Response::new(()))
+    });
+    let client = TimeoutLayer::new(Duration::from_secs(1)).layer(slow);
+    for method in [Method::GET, Method::POST] {
+        let req = Request::builder()
+            .method(method.clone())
+            .uri("http://x/")
+            .body(())
+            .unwrap();
+        let err = toolshield_http::HttpErrorLayer::new()
+            .layer(client.clone())
+            .oneshot(req)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{method}");
+        assert!(err.kind().is_retriable(), "{method}");
+        let source = std::error::Error::source(&err).expect("kept as the source");
+        assert_eq!(source.to_string(), "request timed out", "{method}");
+    }
+}
+
 #[tokio::test]
 async fn bodies_are_buffered_once_within_the_limit() {
     use http_body_util::BodyExt;

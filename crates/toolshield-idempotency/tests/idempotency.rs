@@ -479,6 +479,51 @@ async fn given_keys_are_scoped_by_caller() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_handle_finds_a_record_by_tool_caller_and_key_and_no_other_callers() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
+    let (layer, handle, _) = layer();
+    call(&svc, &layer, pay(42).caller("alice"))
+        .await
+        .expect("alice");
+    // The natural call: the key the caller sent, and who sent it.
+    let rec = handle
+        .record("pay", Some("alice"), "order-7")
+        .await
+        .expect("store")
+        .expect("alice's record");
+    assert_eq!(rec.status, RecordStatus::Completed);
+    // Keys chosen to look like Alice's reach nothing: another caller, no caller, or a
+    // key carrying her name.
+    for (caller, key) in [
+        (Some("bob"), "order-7"),
+        (None, "order-7"),
+        (None, "alice/order-7"),
+        (Some("alice/order-7"), ""),
+        (Some("ali"), "ce:g:order-7"),
+    ] {
+        let found = handle.record("pay", caller, key).await.expect("store");
+        assert!(found.is_none(), "{caller:?} {key:?} reached alice's record");
+        assert!(!handle.forget("pay", caller, key).await.expect("store"));
+    }
+    // Alice's record is still there, and forget clears exactly it.
+    assert!(handle
+        .forget("pay", Some("alice"), "order-7")
+        .await
+        .expect("store"));
+    assert!(handle
+        .record("pay", Some("alice"), "order-7")
+        .await
+        .expect("store")
+        .is_none());
+    let again = call(&svc, &layer, pay(42).caller("alice"))
+        .await
+        .expect("runs again");
+    assert!(!again.provenance.replayed);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_dropped_call_that_never_ran_frees_its_key() {
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = counting_tool(&calls, Duration::from_secs(10), ok_n);

@@ -94,7 +94,16 @@ where
                     (0, _) => 1,
                     (n, _) => n,
                 };
-                Err(e.with_attempts(attempts).with_elapsed(elapsed))
+                let e = e.with_attempts(attempts).with_elapsed(elapsed);
+                // A layer inside (a fallback tier's own stack) that named the failure keeps
+                // its name.
+                Err(if e.provenance_tool().is_some() {
+                    e
+                } else {
+                    let source =
+                        Arc::clone(this.settings.source_for(this.tool).unwrap_or(this.tool));
+                    e.with_provenance(Arc::clone(this.tool), source)
+                })
             }
         })
     }

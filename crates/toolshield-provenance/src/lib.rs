@@ -20,8 +20,10 @@
 //!
 //! Errors get the attempts made and the elapsed time
 //! ([`ToolError::with_attempts`](toolshield_core::ToolError::with_attempts),
-//! [`with_elapsed`](toolshield_core::ToolError::with_elapsed)), so the
-//! [`ToolResult`](toolshield_core::ToolResult) envelope shows them.
+//! [`with_elapsed`](toolshield_core::ToolError::with_elapsed)), and the tool and its
+//! source ([`with_provenance`](toolshield_core::ToolError::with_provenance), kept when an
+//! inner layer set them), so the [`ToolResult`](toolshield_core::ToolResult) envelope
+//! shows them.
 //!
 //! In [the default stack](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md) the layer sits right inside metrics and outside
 //! everything else, so the duration covers the whole call and a cache hit is stamped

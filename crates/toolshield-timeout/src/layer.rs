@@ -22,7 +22,9 @@ impl TimeoutLayer {
     ///
     /// An `attempt` longer than [`MAX_DURATION`] (366 days) is clamped to it, so no
     /// deadline computed from it can overflow the clock; a configuration file is stricter
-    /// ([`TimeoutConfig::validate`] rejects it).
+    /// ([`TimeoutConfig::validate`] rejects it). A zero `attempt` is taken as given: only
+    /// a call whose future is ready at its first poll succeeds, every other one is a
+    /// `TIMEOUT` (a configuration file rejects zero).
     #[must_use]
     pub fn new(attempt: Duration) -> Self {
         TimeoutLayer {
@@ -45,6 +47,11 @@ impl TimeoutLayer {
 
     /// Marks a success slower than `soft` as slow ([`SlowCall`](toolshield_contract::SlowCall)).
     /// A `soft` longer than [`MAX_DURATION`] is clamped to it.
+    ///
+    /// Taken as given where a configuration file is stricter ([`TimeoutConfig::validate`]):
+    /// a `soft` not below the attempt timeout marks next to no call (only a success that
+    /// ends as the attempt times out: any slower one has timed out), and a zero `soft`
+    /// marks every success slow.
     #[must_use]
     pub fn soft_threshold(mut self, soft: Duration) -> Self {
         self.soft = Some(soft.min(MAX_DURATION));

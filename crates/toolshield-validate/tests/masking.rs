@@ -31,6 +31,22 @@ fn additional_and_unevaluated_properties_are_counted_not_listed() {
     assert!(!msg.contains("sk_live"), "{msg}");
     assert!(msg.contains("2 unexpected"), "{msg}");
 
+    // The exact message for an email address used as a key.
+    let msg = message_for(
+        json!({"type": "object", "properties": {"amount": {}}, "additionalProperties": false}),
+        &json!({"amount": 1, "alice@example.com": 1}),
+    );
+    assert_eq!(
+        msg,
+        "arguments for `t` do not match its schema: /: additional properties are not allowed (1 unexpected)"
+    );
+    // With no `properties`, the rule is checked per key: the key is a masked path.
+    let msg = message_for(
+        json!({"type": "object", "additionalProperties": false}),
+        &json!({"alice@example.com": 1}),
+    );
+    assert!(!msg.contains("alice"), "{msg}");
+
     let msg = message_for(
         json!({"type": "object", "properties": {"a": {}}, "unevaluatedProperties": false}),
         &json!({"a": 1, "sk_live_three": 3}),

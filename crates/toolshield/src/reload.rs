@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use serde::Serialize;
 use toolshield_core::ToolRequest;
-use toolshield_metrics::MetricsLayer;
+use toolshield_metrics::{MetricsLayer, MetricsTarget};
 use tower::Service;
 
 use crate::config::ShieldConfig;
@@ -29,6 +29,9 @@ pub(crate) struct Policies {
     pub(crate) defaults: ToolLayers,
     pub(crate) tools: BTreeMap<String, ToolLayers>,
     pub(crate) metrics: MetricsLayer,
+    /// Where `metrics` records: a registered tool outside `config.tools` gets a layer of
+    /// its own on the same target, under its own name.
+    pub(crate) metrics_target: MetricsTarget,
 }
 
 impl Policies {

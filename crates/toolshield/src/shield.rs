@@ -1,7 +1,7 @@
 //! The default stack from one [`ShieldConfig`], [`Shield`], around any
 //! `Service<ToolRequest>`, and a [`ToolRouter`] dispatching calls by tool name.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +21,7 @@ use toolshield_fallback::FallbackLayer;
 use toolshield_idempotency::{
     IdempotencyHandle, IdempotencyLayer, IdempotencyStore, InMemoryIdempotencyStore,
 };
+use toolshield_metrics::names::OTHER_TOOL;
 use toolshield_metrics::{MetricsConfig, MetricsLayer, MetricsTarget, PrometheusExporter};
 use toolshield_provenance::ProvenanceLayer;
 
@@ -84,6 +85,9 @@ struct Kept {
     /// shared by every later wrap of the same name: one bulkhead, one rate bucket, one
     /// latency window per tool, exported once.
     flows: Mutex<BTreeMap<String, Flow>>,
+    /// The breaker keys the metrics name (`key` label): the configured tools and every
+    /// wrapped one, as the `tool` label does. Shared with every breaker collector.
+    breaker_keys: Arc<RwLock<HashSet<String>>>,
 }
 
 /// The flow-control layers of one wrapped tool, built when it is wrapped: their state
@@ -405,7 +409,7 @@ fn build_policies(
             "tools",
             MetricsLayer::build(
                 MetricsConfig::with_tools(config.tools.keys().map(String::as_str)),
-                target,
+                target.clone(),
             ),
         ),
     };
@@ -423,6 +427,7 @@ fn build_policies(
             defaults,
             tools,
             metrics,
+            metrics_target: target,
         },
         new_registries,
         breaker_settings_kept,
@@ -461,6 +466,7 @@ impl Shield {
             reload: Mutex::new(()),
             ledger: BudgetLedger::from_config(&config.runs).map_err(|e| e.prefixed("runs"))?,
             flows: Mutex::new(BTreeMap::new()),
+            breaker_keys: Arc::new(RwLock::new(config.tools.keys().cloned().collect())),
         };
         // Metrics go to the process's global `metrics` recorder until `with_metrics`
         // points them at an exporter; without a recorder they cost next to nothing.
@@ -485,13 +491,13 @@ impl Shield {
             MetricsConfig::with_tools(current.config.tools.keys().map(String::as_str)),
             exporter.target(),
         )?;
-        // The `key` label names the configured tools only, as the `tool` label does: a
-        // key function (caller, host) or `server__*` names chosen by a model cannot grow
-        // the series or put caller ids on an unauthenticated `/metrics`.
-        let known: Vec<String> = current.config.tools.keys().cloned().collect();
+        // The `key` label names the configured and wrapped tools only, as the `tool` label
+        // does: a key function (caller, host) or `server__*` names chosen by a model cannot
+        // grow the series or put caller ids on an unauthenticated `/metrics`.
         for registry in read(&self.kept.breakers).values() {
             exporter.add_collector(
-                BreakerMetrics::new(registry.clone(), exporter.target()).known_keys(known.clone()),
+                BreakerMetrics::new(registry.clone(), exporter.target())
+                    .shared_known_keys(Arc::clone(&self.kept.breaker_keys)),
             );
         }
         exporter.add_collector(BudgetMetrics::new(
@@ -509,6 +515,7 @@ impl Shield {
             defaults: current.defaults.clone(),
             tools: current.tools.clone(),
             metrics,
+            metrics_target: exporter.target(),
         });
         drop(_one);
         Ok(self)
@@ -572,9 +579,17 @@ impl Shield {
             for registry in built.new_registries.values() {
                 exporter.add_collector(
                     BreakerMetrics::new(registry.clone(), exporter.target())
-                        .known_keys(config.tools.keys().cloned()),
+                        .shared_known_keys(Arc::clone(&self.kept.breaker_keys)),
                 );
             }
+        }
+        {
+            // The new configuration's tools, and every wrapped one (its services live on).
+            let wrapped = lock(&self.kept.flows);
+            *write(&self.kept.breaker_keys) = (config.tools.keys())
+                .chain(wrapped.keys())
+                .cloned()
+                .collect();
         }
         write(&self.kept.breakers).extend(built.new_registries);
         summary.generation = self.policies.publish(built.policies);
@@ -628,8 +643,9 @@ impl Shield {
         &self.kept.idempotency_store
     }
 
-    /// The tool names of the configuration in force (metrics label with these; others
-    /// are `other`).
+    /// The tool names of the configuration in force. The metrics `tool` label names these
+    /// and every tool wrapped by this shield (registered on its routers), configured or
+    /// not.
     pub fn tool_names(&self) -> Vec<String> {
         self.policies.load().config.tools.keys().cloned().collect()
     }
@@ -715,6 +731,9 @@ impl Shield {
             flow.export(tool, exporter);
         }
         flows.insert(tool.to_owned(), flow.clone());
+        if tool != OTHER_TOOL {
+            write(&self.kept.breaker_keys).insert(tool.to_owned());
+        }
         flow
     }
 
@@ -749,7 +768,7 @@ fn tool_stack<S: ToolService>(
         return Either::Right(service);
     }
     let l = p.layers(tool).clone();
-    let metrics = p.metrics.for_tool(tool);
+    let metrics = tool_metrics(p, tool);
     let attempt = attempt_stack(&l, &metrics, flow, service);
     let stack = ServiceBuilder::new()
         .option_layer(l.kind.map(|kind| {
@@ -825,6 +844,20 @@ fn attempt_stack<S: ToolService>(
             .layer(catch_panic())
             .service(service),
     ))
+}
+
+/// The metrics layer of `tool`'s stack. A tool is known by name when it is configured
+/// or when it is wrapped (registered on a router): its stack was built for it, so its
+/// name is chosen by code, not by a caller, and the `tool` label stays bounded by the
+/// routes. The same name on the same target is the same series, so counts carry across
+/// the rebuilds of a reload.
+fn tool_metrics(p: &Policies, tool: &str) -> MetricsLayer {
+    if p.metrics.tool_label(tool) != OTHER_TOOL {
+        return p.metrics.for_tool(tool);
+    }
+    // A name the metrics layer refuses (`other`, blank) stays `other`.
+    MetricsLayer::build(MetricsConfig::with_tools([tool]), p.metrics_target.clone())
+        .map_or_else(|_| p.metrics.for_tool(tool), |m| m.for_tool(tool))
 }
 
 /// The future of the retry layer and what it wraps, boxed.

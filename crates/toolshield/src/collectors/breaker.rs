@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use toolshield_breaker::{
     BreakerRegistry, BreakerStatus, CircuitState, EvictedCounts, TransitionCount,
@@ -146,7 +146,8 @@ struct Row<'a> {
 #[derive(Debug, Clone)]
 pub struct BreakerMetrics {
     registry: BreakerRegistry,
-    known: Option<Arc<HashSet<String>>>,
+    // Shared with the shield that made it, which adds the tools it wraps.
+    known: Option<Arc<RwLock<HashSet<String>>>>,
     max_named: usize,
     fold: Arc<Mutex<Fold>>,
 }
@@ -175,7 +176,17 @@ impl BreakerMetrics {
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
-        self.known = Some(Arc::new(keys.into_iter().map(Into::into).collect()));
+        self.known = Some(Arc::new(RwLock::new(
+            keys.into_iter().map(Into::into).collect(),
+        )));
+        self
+    }
+
+    /// Names the keys in `keys` at each render: a set the shield keeps (its configured
+    /// and wrapped tools), so a tool registered after the collector was made is named.
+    #[must_use]
+    pub(crate) fn shared_known_keys(mut self, keys: Arc<RwLock<HashSet<String>>>) -> Self {
+        self.known = Some(keys);
         self
     }
 
@@ -205,7 +216,10 @@ impl BreakerMetrics {
             return false;
         }
         match &self.known {
-            Some(known) => known.contains(key),
+            Some(known) => known
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(key),
             None => named < self.max_named && !folded.contains(key),
         }
     }
