@@ -78,6 +78,8 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
+    // Inlined so the inner future is built in place, not moved through the call.
+    #[inline]
     pub(crate) fn running(
         inner: F,
         expires: Instant,
