@@ -4,7 +4,9 @@
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
 use sha2::{Digest as _, Sha256};
 use toolshield_benches::payload_200b;
 use toolshield_core::payload_digest;
