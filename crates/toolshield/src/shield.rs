@@ -827,7 +827,7 @@ fn attempt_stack<S: ToolService>(
             ServiceBuilder::new()
                 .layer(metrics.attempt_layer())
                 .layer(breaker)
-                .layer(l.timeout.clone())
+                .layer(l.timeout)
                 .layer(catch_panic())
                 .service(service),
         );
@@ -839,7 +839,7 @@ fn attempt_stack<S: ToolService>(
             .option_layer(flow.rate_limit.clone())
             .layer(breaker)
             .option_layer(flow.bulkhead.clone())
-            .layer(l.timeout.clone())
+            .layer(l.timeout)
             .option_layer(flow.faults.clone())
             .layer(catch_panic())
             .service(service),
