@@ -26,7 +26,7 @@ struct Tokens {
 pub struct CallTokens(Arc<Tokens>);
 
 impl CallTokens {
-    /// A fresh call token and its first attempt token.
+    /// A fresh call token; its attempt token is made when first asked for.
     #[must_use]
     pub fn new() -> Self {
         Self::with_call(CancellationToken::new())

@@ -100,9 +100,7 @@ where
                 Err(if e.provenance_tool().is_some() {
                     e
                 } else {
-                    let source =
-                        Arc::clone(this.settings.source_for(this.tool).unwrap_or(this.tool));
-                    e.with_provenance(Arc::clone(this.tool), source)
+                    e.with_provenance(Arc::clone(this.tool), this.settings.source_of(this.tool))
                 })
             }
         })
@@ -146,7 +144,7 @@ fn stamp(
         p.tool = Some(Arc::clone(tool));
     }
     if p.source.is_none() {
-        p.source = Some(Arc::clone(settings.source_for(tool).unwrap_or(tool)));
+        p.source = Some(settings.source_of(tool));
     }
     if p.fetched_at.is_none() {
         p.fetched_at = Some(Utc::now());
