@@ -119,7 +119,7 @@ impl Core {
     /// Nanoseconds since the registry was built, on tokio's clock (pausable in tests).
     #[inline]
     pub(crate) fn now_nanos(&self) -> u64 {
-        let d = Instant::now().saturating_duration_since(self.base);
+        let d = toolshield_contract::time::now().saturating_duration_since(self.base);
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
+use toolshield_contract::time;
 use toolshield_contract::{ErrorKind, ShieldRequest, ToolError};
 use tower_service::Service;
 
@@ -70,7 +71,7 @@ impl<F, S, Req> ResponseFuture<F, S, Req> {
                 sleep: sleep_until(until),
                 svc: Some(svc),
                 req: Some(req),
-                started: Instant::now(),
+                started: time::now(),
                 shared,
             },
         }
@@ -143,7 +144,7 @@ where
                     }
                     std::task::ready!(sleep.poll(cx));
                     shared.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                    let waited = started.elapsed();
+                    let waited = time::now().saturating_duration_since(*started);
                     let message = match req.as_ref().and_then(ShieldRequest::call_name) {
                         Some(n) => format!(
                             "bulkhead full for `{n}`: no slot freed within {waited:?} in the queue"

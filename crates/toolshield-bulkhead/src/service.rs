@@ -2,8 +2,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
 use toolshield_contract::config::deadline_after;
+use toolshield_contract::time;
 use toolshield_contract::{CallState, ErrorKind, ShieldRequest, ToolError};
 use tower_service::Service;
 
@@ -91,7 +91,7 @@ impl<S, K> Bulkhead<S, K> {
                 format_args!("{} calls in flight", limits.max_concurrent),
             );
         }
-        let now = Instant::now();
+        let now = time::now();
         let mut until = deadline_after(now, limits.queue_timeout);
         if let Some(deadline) = req.call_state().and_then(CallState::deadline) {
             until = until.min(deadline);

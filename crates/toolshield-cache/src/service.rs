@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
 use toolshield_core::keys;
+use toolshield_core::time;
 use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
@@ -155,7 +155,7 @@ where
                 let result = match result {
                     Ok(mut resp) => {
                         if resp.provenance.fetched_at.is_none() {
-                            resp.provenance.fetched_at = Some(Utc::now());
+                            resp.provenance.fetched_at = Some(time::wall_clock(time::now()).into());
                         }
                         if !resp.is_error() {
                             let ttl = policy.ttl.saturating_add(grace);

@@ -38,6 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::time;
 use tokio::time::Instant;
 
 /// The longest message kept for provenance, in bytes; a longer one is cut at a character
@@ -111,7 +112,7 @@ impl IdleClock {
         if self.is_closed() {
             return false;
         }
-        let since = Instant::now().saturating_duration_since(self.origin);
+        let since = time::now().saturating_duration_since(self.origin);
         let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
         self.last.fetch_max(nanos, Ordering::AcqRel);
         true
@@ -319,7 +320,7 @@ mod tests {
     fn a_closed_clock_swallows_reports() {
         let mut p = Progress::new();
         p.observe();
-        let clock = Arc::new(IdleClock::new(Instant::now()));
+        let clock = Arc::new(IdleClock::new(time::now()));
         p.set_idle_clock(Arc::clone(&clock));
         p.heartbeat();
         clock.close();
@@ -332,7 +333,7 @@ mod tests {
     fn clones_share_the_count_and_a_new_attempt_drops_the_clock() {
         let mut p = Progress::new();
         p.observe();
-        p.set_idle_clock(Arc::new(IdleClock::new(Instant::now())));
+        p.set_idle_clock(Arc::new(IdleClock::new(time::now())));
         let mut next = p.clone();
         next.begin_attempt(2);
         assert!(next.idle_clock().is_none());

@@ -33,7 +33,9 @@ use crate::{CallKind, CallTokens, ErrorKind, Progress, ProgressEvent, Resume};
 #[derive(Debug, Clone)]
 pub struct CallState {
     tokens: CallTokens,
-    deadline: Option<Instant>,
+    // Both in 8 bytes each (`Stamp`): the request, moved through every layer, stays small.
+    entered: Stamp,
+    deadline: Stamp,
     attempt: u32,
     retry_reason: Option<ErrorKind>,
     kind: Option<CallKind>,
@@ -62,7 +64,8 @@ impl CallState {
     pub fn with_tokens(tokens: CallTokens) -> Self {
         CallState {
             tokens,
-            deadline: None,
+            entered: Stamp::NONE,
+            deadline: Stamp::NONE,
             attempt: 1,
             retry_reason: None,
             kind: None,
@@ -89,7 +92,7 @@ impl CallState {
     /// Sets a deadline for the whole call.
     #[must_use]
     pub fn with_deadline(mut self, deadline: Instant) -> Self {
-        self.deadline = Some(deadline);
+        self.deadline = Stamp::of(deadline);
         self
     }
 
@@ -125,23 +128,55 @@ impl CallState {
         self.tokens = tokens;
     }
 
+    /// When the call entered the shield, if a layer stamped it ([`enter`](Self::enter)).
+    pub fn entered(&self) -> Option<Instant> {
+        self.entered.get()
+    }
+
+    /// The call's entry stamp: the first layer to see the call stamps it with one clock
+    /// read ([`time::now`](crate::time::now)); every later layer (and every clone of the
+    /// request: retries, hedges, single-flight followers) gets the same instant back, so
+    /// the layers measure the call from one reading instead of each reading the clock.
+    pub fn enter(&mut self) -> Instant {
+        match self.entered.get() {
+            Some(at) => at,
+            None => {
+                let at = crate::time::now();
+                self.entered = Stamp::of(at);
+                at
+            }
+        }
+    }
+
+    /// Sets the entry stamp to a reading the caller already holds (a layer that read the
+    /// clock for its own purpose), unless one is set.
+    pub fn enter_at(&mut self, at: Instant) -> Instant {
+        match self.entered.get() {
+            Some(earlier) => earlier,
+            None => {
+                self.entered = Stamp::of(at);
+                at
+            }
+        }
+    }
+
     /// The deadline of the whole call, if one is set.
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        self.deadline.get()
     }
 
     /// Sets the deadline, keeping an earlier one already set: a layer can shorten the
     /// call's budget, never lengthen it.
     pub fn set_deadline(&mut self, deadline: Instant) {
-        self.deadline = Some(match self.deadline {
-            Some(earlier) if earlier < deadline => earlier,
-            _ => deadline,
-        });
+        match self.deadline.get() {
+            Some(earlier) if earlier < deadline => {}
+            _ => self.deadline = Stamp::of(deadline),
+        }
     }
 
     /// Replaces the deadline (or clears it), whatever was set before.
     pub fn replace_deadline(&mut self, deadline: Option<Instant>) {
-        self.deadline = deadline;
+        self.deadline = deadline.map_or(Stamp::NONE, Stamp::of);
     }
 
     /// The attempt number, starting at 1.
@@ -206,5 +241,84 @@ impl CallState {
     /// Installs (or removes) the resume handle.
     pub fn set_resume(&mut self, resume: Option<Resume>) {
         self.resume = resume;
+    }
+}
+
+/// An optional instant in 8 bytes: signed nanoseconds from a process-wide origin (the
+/// first instant ever stored), `i64::MIN` when absent. Instants more than 292 years from
+/// the origin saturate.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp(i64);
+
+static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+impl Stamp {
+    const NONE: Stamp = Stamp(i64::MIN);
+
+    fn of(at: Instant) -> Stamp {
+        let origin = *ORIGIN.get_or_init(|| at);
+        let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        Stamp(if at >= origin {
+            nanos(at - origin)
+        } else {
+            // Never `i64::MIN`, which means absent.
+            -nanos(origin - at)
+        })
+    }
+
+    fn get(self) -> Option<Instant> {
+        if self == Stamp::NONE {
+            return None;
+        }
+        let origin = *ORIGIN.get()?;
+        let d = std::time::Duration::from_nanos(self.0.unsigned_abs());
+        Some(if self.0 >= 0 {
+            origin.checked_add(d).unwrap_or(origin)
+        } else {
+            origin.checked_sub(d).unwrap_or(origin)
+        })
+    }
+}
+
+impl std::fmt::Debug for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod stamp_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_stamp_gives_back_the_instant_it_was_made_of() {
+        let now = Instant::now();
+        for at in [
+            now,
+            now + Duration::from_nanos(1),
+            now + Duration::from_secs(366 * 86_400),
+            now.checked_sub(Duration::from_millis(1500)).unwrap_or(now),
+        ] {
+            assert_eq!(Stamp::of(at).get(), Some(at));
+        }
+        assert_eq!(Stamp::NONE.get(), None);
+    }
+
+    #[test]
+    fn the_deadline_and_entry_round_trip_through_the_state() {
+        let now = Instant::now();
+        let mut state = CallState::new();
+        assert_eq!(state.deadline(), None);
+        assert_eq!(state.entered(), None);
+        state.set_deadline(now + Duration::from_secs(5));
+        state.set_deadline(now + Duration::from_secs(9));
+        assert_eq!(state.deadline(), Some(now + Duration::from_secs(5)));
+        state.replace_deadline(None);
+        assert_eq!(state.deadline(), None);
+        assert_eq!(state.enter_at(now), now);
+        assert_eq!(state.enter(), now, "the first stamp stays");
+        assert_eq!(state.entered(), Some(now));
     }
 }

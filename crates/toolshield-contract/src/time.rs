@@ -1,8 +1,123 @@
-//! Wall-clock stamps as RFC 3339 text (`2026-11-23T09:15:02.123Z`), without a date crate:
-//! the breaker's events and status carry a [`SystemTime`] and serialize it this way.
+//! The clock of the layers, and wall-clock stamps as RFC 3339 text.
+//!
+//! **One clock read per call on entry.** Every toolshield layer reads the monotonic clock
+//! through [`now`]. The first layer to see a call stamps its entry on the request's
+//! [`CallState`](crate::CallState) ([`CallState::enter`](crate::CallState::enter)); every
+//! layer after it that needs the call's start (provenance, the call deadline) reads the
+//! stamp instead of the clock. On exit the provenance layer reads the clock once and
+//! records the call's duration on the response
+//! ([`ShieldResponse::call_duration`](crate::ShieldResponse::call_duration)), so the metrics
+//! layer outside it, timing the call from the same entry stamp, reads no clock of its own. Wall-clock times are
+//! derived from a monotonic reading with [`wall_clock`] (one base per process, re-read at
+//! most once a second), not read again.
+//!
+//! With the `clock-count` feature, `reads` counts the reads [`now`] made on the calling
+//! thread, so a test can assert how many reads a call costs.
+//!
+//! [`Rfc3339`] shows a [`SystemTime`] as RFC 3339 text (`2026-11-23T09:15:02.123Z`)
+//! without a date crate: the breaker's events and status serialize their times this way.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+#[cfg(feature = "clock-count")]
+std::thread_local! {
+    static READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The monotonic clock, as tokio sees it (so a paused test clock applies): what every
+/// toolshield layer reads.
+#[inline]
+pub fn now() -> Instant {
+    #[cfg(feature = "clock-count")]
+    READS.with(|r| r.set(r.get() + 1));
+    Instant::now()
+}
+
+/// The entry stamp of the call `req` carries ([`CallState::enter`](crate::CallState::enter)):
+/// stamped now if no layer did. A request whose state does not exist yet (an
+/// `http::Request` keeps it in its extensions, created on first write) is not given one
+/// here, which would allocate: the clock is read and nothing is stamped.
+pub fn enter<R: crate::ShieldRequest + ?Sized>(req: &mut R) -> Instant {
+    if req.call_state().is_none() {
+        return now();
+    }
+    req.call_state_mut()
+        .map_or_else(now, crate::CallState::enter)
+}
+
+/// How many times [`now`] was called on this thread (feature `clock-count`).
+#[cfg(feature = "clock-count")]
+#[must_use]
+pub fn reads() -> u64 {
+    READS.with(std::cell::Cell::get)
+}
+
+/// The process's monotonic origin for [`wall_clock`].
+static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+/// Wall-clock nanoseconds since the Unix epoch minus monotonic nanoseconds since
+/// [`ORIGIN`], as of the last re-base.
+static OFFSET_NS: AtomicI64 = AtomicI64::new(0);
+/// Monotonic nanoseconds since [`ORIGIN`] of the last re-base, plus one (0: never).
+static REBASED_NS: AtomicU64 = AtomicU64::new(0);
+/// How long a base serves before the wall clock is read again: the derived time follows
+/// the system clock (NTP slews, a clock set by hand) within this delay.
+const REBASE_EVERY_NS: u64 = 1_000_000_000;
+
+/// Signed nanoseconds from `origin` to `at`, saturating.
+fn since(origin: std::time::Instant, at: std::time::Instant) -> i64 {
+    let (d, sign) = match at.checked_duration_since(origin) {
+        Some(d) => (d, 1),
+        None => (origin.saturating_duration_since(at), -1),
+    };
+    sign * i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// The wall-clock time of the monotonic reading `at`, derived from one base per process
+/// (re-read at most once a second) instead of a second clock read.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use toolshield_contract::time::{now, wall_clock};
+///
+/// let derived = wall_clock(now());
+/// let read = SystemTime::now();
+/// let apart = read.duration_since(derived).unwrap_or_else(|e| e.duration());
+/// assert!(apart < Duration::from_secs(1));
+/// ```
+#[must_use]
+pub fn wall_clock(at: Instant) -> SystemTime {
+    let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+    let mono = since(origin, at.into_std());
+    let rebased = REBASED_NS.load(Ordering::Acquire);
+    let stale = rebased == 0
+        || u64::try_from(mono).is_ok_and(|m| m.saturating_sub(rebased - 1) >= REBASE_EVERY_NS);
+    let offset = if stale {
+        let mono_now = since(origin, std::time::Instant::now());
+        let wall_now = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+            Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+        };
+        let offset = wall_now.saturating_sub(mono_now);
+        OFFSET_NS.store(offset, Ordering::Relaxed);
+        REBASED_NS.store(
+            u64::try_from(mono_now).unwrap_or(0).saturating_add(1),
+            Ordering::Release,
+        );
+        offset
+    } else {
+        OFFSET_NS.load(Ordering::Relaxed)
+    };
+    let wall = mono.saturating_add(offset);
+    match u64::try_from(wall) {
+        Ok(ns) => UNIX_EPOCH + Duration::from_nanos(ns),
+        Err(_) => UNIX_EPOCH,
+    }
+}
 
 /// A [`SystemTime`] shown as RFC 3339 in UTC with milliseconds; times before 1970 show as
 /// the epoch.
@@ -74,6 +189,22 @@ pub fn serialize_option<S: serde::Serializer>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_derived_wall_clock_follows_the_monotonic_clock() {
+        let a = now();
+        let wall_a = wall_clock(a);
+        let b = a + Duration::from_millis(250);
+        let wall_b = wall_clock(b);
+        let step = wall_b.duration_since(wall_a).expect("later");
+        assert!(
+            step.abs_diff(Duration::from_millis(250)) < Duration::from_millis(5),
+            "{step:?}"
+        );
+        let read = SystemTime::now();
+        let apart = read.duration_since(wall_a).unwrap_or_else(|e| e.duration());
+        assert!(apart < Duration::from_secs(1), "{apart:?}");
+    }
 
     #[test]
     fn known_dates() {

@@ -190,6 +190,15 @@ pub trait ShieldResponse {
         self.slow_call().is_some()
     }
 
+    /// How long the call took from its entry stamp
+    /// ([`CallState::enter`](crate::CallState::enter)), if a layer inside already measured
+    /// it (the provenance layer does, with the one clock read on the way out): an outer
+    /// layer timing the call from the same stamp uses it instead of reading the clock
+    /// again. The default: none.
+    fn call_duration(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Whether the response was served from a cache (metrics count hits apart).
     fn cache_hit(&self) -> bool {
         false

@@ -69,7 +69,10 @@ impl From<ToolResponse> for ToolResult {
     fn from(res: ToolResponse) -> Self {
         ToolResult {
             status: ToolStatus::Success,
-            duration_ms: res.provenance.duration_ms.unwrap_or(0),
+            duration_ms: res
+                .provenance
+                .duration
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             // A replayed idempotent result is served from a store too: a duplicate
             // sequential request returns the stored result with `fromCache: true`.
             from_cache: res.provenance.cache_hit || res.provenance.replayed,
@@ -88,15 +91,14 @@ impl From<ToolError> for ToolResult {
             ErrorKind::Cancelled => ToolStatus::Cancelled,
             _ => ToolStatus::Error,
         };
-        let duration_ms = err
-            .elapsed()
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let known = err.attempts() > 0 || duration_ms.is_some() || err.provenance_tool().is_some();
+        let duration = err.elapsed();
+        let duration_ms = duration.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let known = err.attempts() > 0 || duration.is_some() || err.provenance_tool().is_some();
         let provenance = known.then(|| Provenance {
             tool: err.provenance_tool().cloned(),
             source: err.provenance_source().cloned(),
             attempts: err.attempts(),
-            duration_ms,
+            duration,
             ..Provenance::default()
         });
         ToolResult {

@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::time;
 use chrono::{DateTime, Utc};
 use http::Extensions;
 use serde_json::Value;
@@ -378,7 +379,7 @@ impl ToolRequest {
     pub fn remaining(&self) -> Option<Duration> {
         self.state
             .deadline()
-            .map(|d| d.saturating_duration_since(Instant::now()))
+            .map(|d| d.saturating_duration_since(time::now()))
     }
 
     /// The typed extensions layers attach to the request.

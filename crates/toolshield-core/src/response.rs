@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use http::Extensions;
@@ -36,8 +37,10 @@ pub struct Provenance {
     pub execution_id: Option<Uuid>,
     /// The trace the call belonged to.
     pub trace_id: Option<Arc<str>>,
-    /// Duration of the logical call in milliseconds.
-    pub duration_ms: Option<u64>,
+    /// Duration of the logical call, as the provenance layer measured it from the call's
+    /// entry; JSON `durationMs`, whole milliseconds.
+    #[serde(rename = "durationMs", with = "millis")]
+    pub duration: Option<Duration>,
     /// SHA-256 of the canonical JSON of the output.
     pub response_digest: Option<Digest>,
     /// The fallback tier that answered; `None` when the primary service did.
@@ -62,6 +65,27 @@ pub struct Provenance {
     /// [`MAX_PROGRESS_MESSAGE`](crate::MAX_PROGRESS_MESSAGE) bytes); absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_message: Option<Arc<str>>,
+}
+
+/// `Option<Duration>` as whole milliseconds (`null` when absent).
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    #[allow(clippy::ref_option)] // serde's `with` passes a reference to the field
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -112,6 +136,10 @@ impl PartialEq for ToolResponse {
 }
 
 impl ShieldResponse for ToolResponse {
+    fn call_duration(&self) -> Option<Duration> {
+        self.provenance.duration
+    }
+
     fn mark_hedged(&mut self, hedged: Hedged) {
         self.provenance.hedge_answered_by = Some(hedged.answered_by);
         self.provenance.hedges_sent = Some(hedged.sent);

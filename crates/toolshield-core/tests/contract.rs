@@ -268,7 +268,7 @@ fn tool_result_json_has_exactly_the_envelope_fields() {
 
     let mut res = ToolResponse::new(json!({"temp": 21}));
     res.provenance.cache_hit = true;
-    res.provenance.duration_ms = Some(12);
+    res.provenance.duration = Some(std::time::Duration::from_millis(12));
     let ok = serde_json::to_value(ToolResult::from(Ok::<_, ToolError>(res))).unwrap();
     assert_eq!(fields(&ok), expected);
     assert_eq!(ok["status"], "success");

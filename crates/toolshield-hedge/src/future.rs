@@ -8,6 +8,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use toolshield_contract::config::deadline_after;
+use toolshield_contract::time;
 use toolshield_contract::{AttemptGuard, Hedged, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
@@ -170,7 +171,7 @@ where
             }
             if let Some(state) = self.req.call_state() {
                 let cancelled = state.tokens().call().is_cancelled();
-                let expired = state.deadline().is_some_and(|d| d <= Instant::now());
+                let expired = state.deadline().is_some_and(|d| d <= time::now());
                 if cancelled || expired {
                     self.closed = true;
                     return Launch::Closed;
@@ -209,7 +210,7 @@ where
                     state.set_tokens(tokens.clone());
                     tokens.guard_attempt()
                 });
-                let now = Instant::now();
+                let now = time::now();
                 self.last_sent = now;
                 self.hedges.push(Attempt {
                     fut: Box::pin(self.svc.call(req)),
@@ -230,7 +231,7 @@ where
     /// dropped (and their tokens cancelled) when the caller drops this state.
     fn win(&mut self, mut res: S::Response, number: u32, start: Instant) -> S::Response {
         if let Some(histogram) = self.shared.delay.histogram() {
-            histogram.record(start.elapsed());
+            histogram.record(time::now().saturating_duration_since(start));
         }
         if self.sent > 1 {
             res.mark_hedged(Hedged {

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
+use toolshield_contract::time;
 use toolshield_contract::{CallKind, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
@@ -136,7 +136,7 @@ where
         // polled for readiness before it is called again.
         let clone = self.inner.clone();
         let mut svc = std::mem::replace(&mut self.inner, clone);
-        let start = Instant::now();
+        let start = time::now();
         let delay = self.shared.delay.current();
         let guard = req
             .call_state()

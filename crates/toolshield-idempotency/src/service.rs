@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::time::Instant;
 use toolshield_core::config::deadline_after;
+use toolshield_core::time;
 use toolshield_core::{
     CallKind, Digest, ErrorKind, Resume, ResumeFuture, ResumeSink, SharedPayload, ShieldRequest,
     ToolError, ToolRequest, ToolResponse,
@@ -164,7 +165,7 @@ impl ClaimGuard {
                     // The record must not be lost to a passing store fault: retry while the
                     // lease can be kept, renewing it between tries.
                     let lease = shared.config.lease;
-                    let mut valid_until = deadline_after(Instant::now(), lease);
+                    let mut valid_until = deadline_after(time::now(), lease);
                     let mut pause = Duration::from_millis(10);
                     loop {
                         let r = store.finish(&key, &owner, (*rec).clone(), ttl).await;
@@ -172,13 +173,13 @@ impl ClaimGuard {
                             Ok(_) => break,
                             Err(e) => {
                                 shared.counters.store_errors.bump();
-                                if Instant::now().checked_add(pause).is_none_or(|t| t >= valid_until) {
+                                if time::now().checked_add(pause).is_none_or(|t| t >= valid_until) {
                                     tracing::error!(error = %e, "idempotency: could not record the outcome of a dropped call; its lease will expire");
                                     break;
                                 }
                                 tokio::time::sleep(pause).await;
                                 pause = pause.saturating_mul(2).min(Duration::from_millis(500));
-                                let sent = Instant::now();
+                                let sent = time::now();
                                 match store.renew(&key, &owner, lease).await {
                                     Ok(true) => valid_until = deadline_after(sent, lease),
                                     Ok(false) => break,
@@ -313,7 +314,7 @@ async fn write_outcome(
     lease: &mut Lease,
 ) -> Written {
     let cfg = &shared.config;
-    let start = Instant::now();
+    let start = time::now();
     let until = deadline_after(start, cfg.record_retry).min(lease.abort_at().max(start));
     let mut pause = Duration::from_millis(10);
     let mut tried_before = false;
@@ -339,7 +340,7 @@ async fn write_outcome(
             Err(e) => {
                 tried_before = true;
                 shared.counters.store_errors.bump();
-                let now = Instant::now();
+                let now = time::now();
                 if now.checked_add(pause).is_none_or(|t| t >= until) {
                     tracing::error!(tool = %tool, error = %e, "idempotency: could not record the outcome");
                     return Written::Failed;
@@ -347,8 +348,8 @@ async fn write_outcome(
                 tracing::warn!(tool = %tool, error = %e, "idempotency: recording the outcome failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = pause.saturating_mul(2).min(Duration::from_millis(500));
-                if lease.renewal_due(Instant::now()) {
-                    let sent = Instant::now();
+                if lease.renewal_due(time::now()) {
+                    let sent = time::now();
                     if let Ok(true) = shared.store.renew(skey, owner, cfg.lease).await {
                         lease.renewed(sent);
                     }
@@ -396,7 +397,7 @@ where
 
     // ----- claim, replay, wait -----
     let (lease, resume) = loop {
-        let sent = Instant::now();
+        let sent = time::now();
         let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent, cfg.wait_timeout));
         // While the claim is in flight, a drop (or a failure: a claim that timed out may
         // still land) releases it by our token.
@@ -462,7 +463,7 @@ where
                     waited = true;
                     counters.waits.bump();
                 }
-                let now = Instant::now();
+                let now = time::now();
                 if now >= wait_until {
                     return replay(&shared, &rec, same, &tool);
                 }
@@ -803,10 +804,10 @@ where
                         tracing::warn!(tool = %tool, error = %e, "idempotency: could not renew the lease");
                     }
                 }
-                next_renewal = deadline_after(Instant::now(), every);
+                next_renewal = deadline_after(time::now(), every);
             }
             () = tokio::time::sleep_until(next_renewal), if renewing.is_none() => {
-                renewing = Some((Instant::now(), shared.store.renew(skey, owner, cfg.lease)));
+                renewing = Some((time::now(), shared.store.renew(skey, owner, cfg.lease)));
             }
             () = tokio::time::sleep_until(abort_at), if mutating => {
                 tracing::error!(tool = %tool, "idempotency: the lease could not be renewed; the call is abandoned before its claim expires");

@@ -7,6 +7,7 @@ use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
+use toolshield_core::time;
 use toolshield_core::{ErrorKind, ShieldResponse, ToolError};
 use tracing::Span;
 
@@ -89,7 +90,7 @@ fn dropped_kind() -> ErrorKind {
 /// A call whose future was dropped before it finished: counted, timed and coded like a
 /// call that failed with [`dropped_kind`].
 fn record_dropped_call(shared: &Shared, tool: usize, start: Instant, span: &Span) {
-    let elapsed = start.elapsed();
+    let elapsed = time::now().saturating_duration_since(start);
     let kind = dropped_kind();
     let status = Status::of_kind(kind);
     shared.execution(tool, status).increment(1);
@@ -154,7 +155,13 @@ where
             ready!(this.inner.poll(cx)).map_err(Into::into)
         };
         *this.done = true;
-        let elapsed = this.start.elapsed();
+        // The call's duration: as the provenance layer inside measured it from the same
+        // entry stamp, else from a clock read here.
+        let elapsed = match &result {
+            Ok(res) => res.call_duration(),
+            Err(_) => None,
+        }
+        .unwrap_or_else(|| time::now().saturating_duration_since(*this.start));
         let f = facts(&result);
         let (shared, tool) = (&**this.shared, *this.tool);
 

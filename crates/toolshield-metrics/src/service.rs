@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
+use toolshield_core::time;
 use toolshield_core::{CallKind, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 use tracing::field::Empty;
@@ -70,7 +70,9 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: Req) -> Self::Future {
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        // The call's entry stamp (one clock read per call), shared with every layer inside.
+        let start = time::enter(&mut req);
         let shared = &self.shared;
         let meta = req.call_meta();
         let tool = self.slot.unwrap_or_else(|| shared.tools.index(label(&req)));
@@ -90,7 +92,6 @@ where
         } else {
             Span::none()
         };
-        let start = Instant::now();
         let future = {
             let _entered = span.enter();
             self.inner.call(req)

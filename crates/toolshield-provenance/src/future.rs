@@ -5,9 +5,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
+use toolshield_core::time;
 use toolshield_core::{payload_digest, ErrorKind, Progress, ToolError, ToolResponse};
 use uuid::Uuid;
 
@@ -57,10 +58,6 @@ impl<F> std::fmt::Debug for ResponseFuture<F> {
     }
 }
 
-fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl<F, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<ToolResponse, E>>,
@@ -71,17 +68,21 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
-        let elapsed = this.start.elapsed();
+        // The one clock read on the way out: the duration (which the metrics layer outside
+        // reads off the response) and the wall-clock stamp (derived from it).
+        let end = time::now();
+        let elapsed = end.saturating_duration_since(*this.start);
         Poll::Ready(match result {
             Ok(mut resp) => {
                 stamp(
                     &mut resp,
+                    end,
                     this.tool,
                     this.trace_id,
                     *this.execution_id,
                     this.settings,
                 );
-                resp.provenance.duration_ms = Some(millis(elapsed));
+                resp.provenance.duration = Some(elapsed);
                 if let Some(progress) = this.progress.as_ref() {
                     stamp_progress(&mut resp, progress);
                 }
@@ -123,6 +124,7 @@ fn stamp_progress(resp: &mut ToolResponse, progress: &Progress) {
 /// its original `fetched_at`, source and execution id.
 fn stamp(
     resp: &mut ToolResponse,
+    end: Instant,
     tool: &Arc<str>,
     trace_id: &Option<Arc<str>>,
     execution_id: Uuid,
@@ -147,7 +149,7 @@ fn stamp(
         p.source = Some(settings.source_of(tool));
     }
     if p.fetched_at.is_none() {
-        p.fetched_at = Some(Utc::now());
+        p.fetched_at = Some(DateTime::<Utc>::from(time::wall_clock(end)));
     }
     if p.attempts == 0 {
         p.attempts = 1;

@@ -14,7 +14,7 @@
 //! | `attempts` | as counted by the retry layer (1 without one) |
 //! | `execution_id` | the attempt that produced the data when an inner layer recorded it, else the call's |
 //! | `trace_id` | the request's trace id |
-//! | `duration_ms` | the duration of this logical call, cache hits included |
+//! | `duration` (`durationMs`) | the duration of this logical call, cache hits included |
 //! | `response_digest` | SHA-256 of the RFC 8785 canonical output ([`payload_digest`](toolshield_core::payload_digest)) |
 //! | `progress_reports`, `progress_message` | how many progress reports the tool made ([`Progress::report`](toolshield_core::Progress::report)), across attempts, and the last message; left out of JSON when there were none |
 //!

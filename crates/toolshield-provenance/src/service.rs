@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
+use toolshield_core::time;
 use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
@@ -53,7 +53,8 @@ where
     }
 
     fn call(&mut self, mut req: ToolRequest) -> Self::Future {
-        let start = Instant::now();
+        // The call's entry stamp: read here only when no layer outside stamped it.
+        let start = time::enter(&mut req);
         // Progress is counted for the response: the caller's own count if it observes the
         // call, else a count started here (one small allocation per call).
         let progress = req.call_state_mut().map(|state| {

@@ -32,7 +32,7 @@ async fn fresh_success_gets_every_field() {
     assert_eq!(p.attempts, 1);
     assert_eq!(p.execution_id, Some(execution_id));
     assert_eq!(p.trace_id.as_deref(), Some("t-1"));
-    assert_eq!(p.duration_ms, Some(250));
+    assert_eq!(p.duration, Some(Duration::from_millis(250)));
     // The digest is of the canonical form: key order does not matter.
     assert_eq!(
         p.response_digest,
@@ -70,7 +70,7 @@ async fn cache_hits_and_replays_keep_their_origin() {
         assert_eq!(p.source.as_deref(), Some("open-meteo.com"), "{tool}");
         assert_eq!(p.cache_hit, tool == "weather");
         assert_eq!(p.replayed, tool == "payments");
-        assert_eq!(p.duration_ms, Some(0));
+        assert_eq!(p.duration, Some(Duration::ZERO));
         assert!(p.response_digest.is_some());
     }
 }

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use toolshield_contract::time;
 use toolshield_contract::{CallState, ShieldRequest, ToolError};
 use toolshield_store::{take_ready, LayerFuture, StoreError};
 use tower_service::Service;
@@ -130,7 +130,7 @@ where
                 // The wait must end before the deadline, leaving the call some time.
                 Some(deadline) => max.min(
                     deadline
-                        .saturating_duration_since(Instant::now())
+                        .saturating_duration_since(time::now())
                         .saturating_sub(Duration::from_micros(1)),
                 ),
                 None => max,

@@ -4,6 +4,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use toolshield_contract::time;
 use toolshield_store::{MemoryBounds, StoreError, StoreFuture, TtlMap, Write};
 
 use crate::gcra::{Decision, RateLimit, Turn};
@@ -98,7 +99,7 @@ impl MemoryRateLimitStore {
     }
 
     fn decide_in(slot: &Mutex<Option<Instant>>, limit: &RateLimit, max_wait: Duration) -> Decision {
-        let now = Instant::now();
+        let now = time::now();
         let mut tat = slot.lock().unwrap_or_else(|e| e.into_inner());
         let (decision, next) = limit.decide(*tat, now, max_wait);
         if next.is_some() {
@@ -115,7 +116,7 @@ impl MemoryRateLimitStore {
         if weight > self.map.max_weight() {
             return Self::decide_in(&self.overflow, limit, max_wait);
         }
-        let now = Instant::now();
+        let now = time::now();
         self.map.update_at(key, now, |found| {
             let tat = found.filter(|f| f.live).map(|f| *f.value);
             match limit.decide(tat, now, max_wait) {
@@ -172,7 +173,7 @@ impl RateLimitStore for MemoryRateLimitStore {
         if weight > self.map.max_weight() {
             return Self::refund_in(&self.overflow, limit, turn);
         }
-        let now = Instant::now();
+        let now = time::now();
         self.map.update_at(key, now, |found| {
             let Some(tat) = found
                 .filter(|f| f.live)

@@ -6,9 +6,10 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep_until, Instant, Sleep};
+use tokio::time::{sleep_until, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use toolshield_contract::config::{deadline_after, MAX_DURATION};
+use toolshield_contract::time;
 use toolshield_contract::{
     AttemptGuard, Classify, ErrorKind, Failure, Outcome, ShieldRequest, ShieldResponse, ToolError,
 };
@@ -238,7 +239,7 @@ where
     if let Some(deadline) = request.call_state().and_then(|s| s.deadline()) {
         // The retry must start with time left: at least `min_attempt_time`, and never
         // none at all (a wait ending exactly at the deadline).
-        let left = Instant::now()
+        let left = time::now()
             .checked_add(wait)
             .map(|resume| deadline.saturating_duration_since(resume));
         let enough = left.is_some_and(|left| !left.is_zero() && left >= shared.min_attempt_time);
@@ -326,10 +327,7 @@ where
                                 this.state.set(State::WaitReady);
                             } else {
                                 this.state.set(State::Backoff {
-                                    sleep: Box::pin(sleep_until(deadline_after(
-                                        Instant::now(),
-                                        wait,
-                                    ))),
+                                    sleep: Box::pin(sleep_until(deadline_after(time::now(), wait))),
                                 });
                             }
                         }

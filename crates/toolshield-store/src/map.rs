@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use toolshield_contract::config::{deadline_after, ConfigError};
 use toolshield_contract::hash::{FastHashMap, FastState};
+use toolshield_contract::time;
 
 use crate::bounds::MemoryBounds;
 
@@ -343,7 +344,7 @@ impl<V> TtlMap<V> {
     /// `f` of the live entry under `key` and the time it has left, under a shared lock;
     /// `None` when there is none. Marks the entry read (CLOCK).
     pub fn get<R>(&self, key: &str, f: impl FnOnce(&V, Duration) -> R) -> Option<R> {
-        let now = Instant::now();
+        let now = time::now();
         let shard = self.shard(key);
         let stale = {
             let guard = Self::read(shard);
@@ -370,7 +371,7 @@ impl<V> TtlMap<V> {
     pub fn insert(&self, key: &str, value: V, weight: u64, ttl: Duration) -> bool {
         let mut guard = Self::write(self.shard(key));
         let at = guard.index.get(key).copied();
-        guard.put(key, at, value, weight, ttl, Duration::ZERO, Instant::now())
+        guard.put(key, at, value, weight, ttl, Duration::ZERO, time::now())
     }
 
     /// Reads and writes the entry of `key` atomically (under the shard's write lock): `f`
@@ -378,7 +379,7 @@ impl<V> TtlMap<V> {
     /// return. A [`Write::Put`] heavier than [`max_weight`](Self::max_weight) removes the
     /// entry and stores nothing (check the weight first).
     pub fn update<R>(&self, key: &str, f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R)) -> R {
-        self.update_at(key, Instant::now(), f)
+        self.update_at(key, time::now(), f)
     }
 
     /// [`update`](Self::update) at `now`, a time the caller has just read (one clock read
@@ -432,7 +433,7 @@ impl<V> TtlMap<V> {
 
     /// Deletes the entry under `key`; `true` when a live one was there.
     pub fn remove(&self, key: &str) -> bool {
-        let now = Instant::now();
+        let now = time::now();
         Self::write(self.shard(key))
             .remove(key)
             .is_some_and(|e| now < e.deadline)
@@ -459,7 +460,7 @@ impl<V> TtlMap<V> {
     /// Frees every expired entry now (otherwise they go when read, or when the clock hand
     /// meets them). Entries still lingering ([`Write::Put`]) stay.
     pub fn purge_expired(&self) {
-        let now = Instant::now();
+        let now = time::now();
         for shard in self.shards.iter() {
             Self::write(shard).purge_expired(now);
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
-use toolshield_contract::{AttemptGuard, IdleClock, ShieldResponse, SlowCall, ToolError};
+use toolshield_contract::{time, AttemptGuard, IdleClock, ShieldResponse, SlowCall, ToolError};
 
 /// Which limit a [`ResponseFuture`] enforces, for the error message.
 #[derive(Debug, Clone, Copy)]
@@ -49,15 +49,20 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,
+        // When the limit is reached; the timer is armed for it only if the inner future
+        // returns `Pending` once, so a call that finishes on its first poll never touches
+        // the runtime's timer.
+        expires: Instant,
         expiry: Expiry,
         start: Instant,
         soft: Option<Duration>,
         // Cancels the attempt token if this future is dropped or expires before the inner
         // future finishes; disarmed on completion.
         guard: Option<AttemptGuard>,
-        // Only with an idle limit: the sleep then runs to the next idle expiry and is
-        // pushed back lazily, when it fires, by the reports made since.
-        idle: Option<Idle>,
+        // Only with an idle limit (boxed: the rare case keeps the common future small):
+        // the sleep then runs to the next idle expiry and is pushed back lazily, when it
+        // fires, by the reports made since.
+        idle: Option<Box<Idle>>,
     }
 }
 
@@ -68,12 +73,24 @@ pin_project! {
             #[pin]
             inner: F,
             #[pin]
-            sleep: Sleep,
+            timer: Timer,
         },
         Failed {
             error: Option<ToolError>,
         },
         Done,
+    }
+}
+
+pin_project! {
+    #[project = TimerProj]
+    enum Timer {
+        // Not armed yet: the inner future has not returned `Pending`.
+        Unarmed,
+        Armed {
+            #[pin]
+            sleep: Sleep,
+        },
     }
 }
 
@@ -87,14 +104,14 @@ impl<F> ResponseFuture<F> {
         start: Instant,
         soft: Option<Duration>,
         guard: Option<AttemptGuard>,
-        idle: Option<Idle>,
+        idle: Option<Box<Idle>>,
     ) -> Self {
-        let first = idle.as_ref().map_or(expires, Idle::next_expiry);
         ResponseFuture {
             state: State::Running {
                 inner,
-                sleep: sleep_until(first),
+                timer: Timer::Unarmed,
             },
+            expires,
             expiry,
             start,
             soft,
@@ -103,11 +120,12 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    pub(crate) fn failed(error: ToolError) -> Self {
+    pub(crate) fn failed(error: ToolError, start: Instant) -> Self {
         ResponseFuture {
             state: State::Failed { error: Some(error) },
+            expires: start,
             expiry: Expiry::Total(Duration::ZERO),
-            start: Instant::now(),
+            start,
             soft: None,
             guard: None,
             idle: None,
@@ -134,8 +152,8 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let (inner, mut sleep) = match this.state.as_mut().project() {
-            StateProj::Running { inner, sleep } => (inner, sleep),
+        let (inner, mut timer) = match this.state.as_mut().project() {
+            StateProj::Running { inner, timer } => (inner, timer),
             StateProj::Failed { error } => {
                 let error = error.take().unwrap_or_else(|| {
                     ToolError::internal("timeout future polled after completion")
@@ -159,7 +177,8 @@ where
             return Poll::Ready(match result {
                 Ok(mut res) => {
                     if let Some(threshold) = *this.soft {
-                        let elapsed = this.start.elapsed();
+                        // The one extra clock read, made only when a threshold is set.
+                        let elapsed = time::now().saturating_duration_since(*this.start);
                         if elapsed >= threshold {
                             tracing::info!(
                                 target: "toolshield::timeout",
@@ -176,13 +195,25 @@ where
             });
         }
 
+        if let TimerProj::Unarmed = timer.as_mut().project() {
+            let first = this
+                .idle
+                .as_deref()
+                .map_or(*this.expires, Idle::next_expiry);
+            timer.set(Timer::Armed {
+                sleep: sleep_until(first),
+            });
+        }
+        let TimerProj::Armed { mut sleep } = timer.project() else {
+            return Poll::Pending;
+        };
         let mut idle_expired = None;
         loop {
             ready!(sleep.as_mut().poll(cx));
-            let Some(idle) = this.idle.as_ref() else {
+            let Some(idle) = this.idle.as_deref() else {
                 break;
             };
-            let now = Instant::now();
+            let now = time::now();
             if now >= idle.hard {
                 break;
             }
@@ -208,6 +239,8 @@ where
             }
             (None, Expiry::Request) => ToolError::timeout("call reached its deadline"),
         };
-        Poll::Ready(Err(error.with_elapsed(this.start.elapsed())))
+        Poll::Ready(Err(
+            error.with_elapsed(time::now().saturating_duration_since(*this.start))
+        ))
     }
 }

@@ -2,9 +2,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::Instant;
 use toolshield_contract::config::{deadline_after, MAX_DURATION};
-use toolshield_contract::{CallState, IdleClock, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_contract::{time, CallState, IdleClock, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
 use crate::future::{Expiry, Idle, ResponseFuture};
@@ -87,7 +86,9 @@ where
     }
 
     fn call(&mut self, mut req: Req) -> Self::Future {
-        let start = Instant::now();
+        // The attempt's own start: the one clock read of this layer (a retry's later
+        // attempts each get a fresh budget, so the call's entry stamp will not do).
+        let start = time::now();
         let attempt_end = deadline_after(start, self.attempt);
         // The request's deadline is enforced here too, so it holds in every stack with an
         // attempt timeout, whether or not a total deadline is configured.
@@ -97,12 +98,13 @@ where
             _ => (attempt_end, Expiry::Attempt(self.attempt)),
         };
         if expires <= start {
-            return ResponseFuture::failed(ToolError::timeout(
-                "deadline passed before the attempt started",
-            ));
+            return ResponseFuture::failed(
+                ToolError::timeout("deadline passed before the attempt started"),
+                start,
+            );
         }
         let guard = state.map(|s| s.tokens().clone().guard_attempt());
-        // Only an idle limit costs an allocation: the attempt's clock, put on the copy of
+        // Only an idle limit costs allocations: the attempt's clock, put on the copy of
         // the request the tool gets. A request type without state cannot report, so its
         // attempts are cut after `idle` like any silent one.
         let idle = self.idle.map(|limit| {
@@ -110,11 +112,11 @@ where
             if let Some(state) = req.call_state_mut() {
                 state.progress_mut().set_idle_clock(Arc::clone(&clock));
             }
-            Idle {
+            Box::new(Idle {
                 limit,
                 hard: expires,
                 clock,
-            }
+            })
         });
         ResponseFuture::running(
             self.inner.call(req),
@@ -184,7 +186,9 @@ where
     }
 
     fn call(&mut self, mut req: Req) -> Self::Future {
-        let start = Instant::now();
+        // The whole call's budget counts from its entry stamp (no clock read when an outer
+        // layer stamped it).
+        let start = time::enter(&mut req);
         let own = deadline_after(start, self.total);
         // Written on the request where it has room, so the layers inside (retry, the
         // attempt timeout) see it; an earlier deadline already there is kept.
@@ -199,9 +203,10 @@ where
             None => (own, None),
         };
         if deadline <= start {
-            return ResponseFuture::failed(ToolError::timeout(
-                "deadline passed before the call started",
-            ));
+            return ResponseFuture::failed(
+                ToolError::timeout("deadline passed before the call started"),
+                start,
+            );
         }
         ResponseFuture::running(
             self.inner.call(req),

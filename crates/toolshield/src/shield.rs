@@ -770,7 +770,52 @@ fn tool_stack<S: ToolService>(
     let l = p.layers(tool).clone();
     let metrics = tool_metrics(p, tool);
     let attempt = attempt_stack(&l, &metrics, flow, service);
-    let stack = ServiceBuilder::new()
+    let retried = ServiceBuilder::new()
+        // Boxed once per call: the layers above move a pointer instead of the retry
+        // future (which holds a clone of the attempt stack and of the request); measured
+        // against boxing each attempt, both, and neither (docs/benchmarks.md).
+        .layer(MapFutureLayer::new(box_call))
+        .layer(l.retry.clone())
+        .service(attempt);
+    // A tool without fallback tiers gets no fallback layer in its type, not one switched
+    // off: an absent optional layer still sizes its future for the present one (the
+    // fallback's holds a copy of the request, 232 bytes), and every layer above would
+    // move those bytes on each call.
+    let stack = match fallback {
+        None => Either::Right(call_stack(&l, &metrics, tool, provenance, flow, retried)),
+        Some(fallback) => Either::Left(call_stack(
+            &l,
+            &metrics,
+            tool,
+            provenance,
+            flow,
+            fallback.layer(retried),
+        )),
+    };
+    Either::Left(stack)
+}
+
+/// The layers above retry, around `inner` (retry, or fallback around retry).
+fn call_stack<S>(
+    l: &ToolLayers,
+    metrics: &MetricsLayer,
+    tool: &str,
+    provenance: &ProvenanceLayer,
+    flow: &Flow,
+    inner: S,
+) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
+       + Clone
+       + Send
+       + Sync
+       + 'static
+where
+    S: Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    ServiceBuilder::new()
         .option_layer(l.kind.map(|kind| {
             MapRequestLayer::new(move |mut req: ToolRequest| {
                 req.apply_tool_kind(kind);
@@ -782,17 +827,10 @@ fn tool_stack<S: ToolService>(
         .layer(CancelLayer::new())
         .option_layer(l.deadline)
         .option_layer(flow.budget.clone())
-        .option_layer(l.validate)
-        .layer(l.cache)
-        .layer(l.idempotency)
-        .option_layer(fallback)
-        // Boxed once per call: the nine layers above move a pointer instead of the
-        // retry future (which holds a clone of the attempt stack and of the request);
-        // measured against boxing each attempt, both, and neither (docs/benchmarks.md).
-        .layer(MapFutureLayer::new(box_call))
-        .layer(l.retry)
-        .service(attempt);
-    Either::Left(stack)
+        .option_layer(l.validate.clone())
+        .layer(l.cache.clone())
+        .layer(l.idempotency.clone())
+        .service(inner)
 }
 
 /// The layers below retry: one attempt.
