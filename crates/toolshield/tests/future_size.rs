@@ -17,6 +17,9 @@ cache = { ttl = "10m" }
 kind = "read_only"
 "#;
 
+/// The default stack's call future for a read-only tool without cache or fallback.
+const STACK_FUTURE_AT_MOST: usize = 1024;
+
 #[tokio::test]
 async fn the_stack_future_stays_small() {
     let shield =
@@ -31,8 +34,14 @@ async fn the_stack_future_stays_small() {
     let result = std::mem::size_of::<Result<ToolResponse, ToolError>>();
     let service = size_of_val(&svc);
     println!("future sizes: bare {bare_size} B, default stack {stack_size} B; the stack service {service} B; ToolRequest {request} B, Result {result} B");
+    // 744 bytes today (a tool without cache or fallback): a layer that grows the future
+    // by more than a few words shows here.
     assert!(
-        stack_size <= 4096,
-        "the stack's future is {stack_size} bytes"
+        stack_size <= STACK_FUTURE_AT_MOST,
+        "the stack's future is {stack_size} bytes, at most {STACK_FUTURE_AT_MOST} expected"
+    );
+    assert!(
+        request <= 128,
+        "a ToolRequest is {request} bytes, at most 128 expected"
     );
 }
