@@ -108,7 +108,17 @@ impl BufferedHasher {
 impl Sink for BufferedHasher {
     #[inline]
     fn put(&mut self, bytes: &[u8]) {
-        let end = self.len + bytes.len();
+        let n = bytes.len();
+        // Most pieces are a short key or value: copied with two fixed-size moves (which
+        // may overlap) instead of a call to `memcpy` for a handful of bytes.
+        if n <= 16 {
+            if let Some(dst) = self.buf.get_mut(self.len..self.len + n) {
+                copy_short(dst, bytes);
+                self.len += n;
+                return;
+            }
+        }
+        let end = self.len + n;
         if end <= BUFFERED {
             self.buf[self.len..end].copy_from_slice(bytes);
             self.len = end;
@@ -137,6 +147,36 @@ impl Sink for BufferedHasher {
     }
 }
 
+/// Copies `src` into `dst` (the same length, at most 16 bytes) with fixed-size moves: the
+/// first and last 8 (or 4) bytes, overlapping in the middle, or byte by byte below 4.
+#[inline]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    debug_assert!(n == dst.len() && n <= 16);
+    if n >= 8 {
+        copy_fixed::<8>(dst, src, 0);
+        copy_fixed::<8>(dst, src, n - 8);
+    } else if n >= 4 {
+        copy_fixed::<4>(dst, src, 0);
+        copy_fixed::<4>(dst, src, n - 4);
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    }
+}
+
+/// Copies the `N` bytes of `src` at `at` to the same place in `dst`.
+#[inline(always)]
+fn copy_fixed<const N: usize>(dst: &mut [u8], src: &[u8], at: usize) {
+    let piece = src
+        .get(at..at + N)
+        .and_then(|s| <[u8; N]>::try_from(s).ok());
+    if let (Some(piece), Some(slot)) = (piece, dst.get_mut(at..at + N)) {
+        slot.copy_from_slice(&piece);
+    }
+}
+
 impl Sink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
@@ -145,6 +185,16 @@ impl Sink for Vec<u8> {
     fn put_byte(&mut self, byte: u8) {
         self.push(byte);
     }
+}
+
+/// Whether a key may order differently by UTF-16 code units than by its UTF-8 bytes.
+/// Byte order is code point order; UTF-16 order differs from it only between a character
+/// of U+E000..=U+FFFF and one above U+FFFF (a surrogate pair sorts first). Those are the
+/// characters whose UTF-8 lead byte is 0xEE or above: a key without such a byte orders
+/// the same both ways against any other key.
+#[inline]
+fn utf16_order_may_differ(key: &str) -> bool {
+    key.bytes().any(|b| b >= 0xEE)
 }
 
 /// Orders two keys by their UTF-16 code units, as RFC 8785 §3.2.3 requires.
@@ -176,16 +226,15 @@ fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
             out.put_byte(b']');
         }
         Value::Object(map) => {
-            // serde_json's map is usually ordered by bytes already, which is UTF-16 order
-            // for nearly every key; sort only when it is not.
+            // serde_json's map is ordered by bytes (unless its `preserve_order` feature
+            // is on), which is UTF-16 order unless a key holds a character from
+            // U+E000 up: sort only when the keys are out of byte order or hold one.
             let mut sorted = true;
             let mut prev: Option<&str> = None;
             for k in map.keys() {
-                if let Some(p) = prev {
-                    if utf16_cmp(p, k) != Ordering::Less {
-                        sorted = false;
-                        break;
-                    }
+                if utf16_order_may_differ(k) || prev.is_some_and(|p| p.as_bytes() >= k.as_bytes()) {
+                    sorted = false;
+                    break;
                 }
                 prev = Some(k);
             }
@@ -379,4 +428,40 @@ pub fn cache_key_from_digest(tool: &str, digest: &Digest) -> String {
     // Writing into a String never fails.
     let _ = write!(key, "{digest}");
     key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_copies_of_every_length_land_whole() {
+        let src: Vec<u8> = (1..=16).collect();
+        for n in 0..=16 {
+            let mut dst = [0u8; 16];
+            copy_short(&mut dst[..n], &src[..n]);
+            assert_eq!(&dst[..n], &src[..n], "length {n}");
+            assert!(
+                dst[n..].iter().all(|&b| b == 0),
+                "length {n} wrote past its end"
+            );
+        }
+    }
+
+    #[test]
+    fn the_buffered_hasher_hashes_what_a_plain_buffer_holds() {
+        // Pieces of every length from 0 to 40, across the buffer's boundary many times.
+        let mut hashed = BufferedHasher::new();
+        let mut plain = Vec::new();
+        for round in 0..50_u8 {
+            for n in 0..=40_usize {
+                let piece: Vec<u8> = (0..n).map(|i| round ^ (i as u8)).collect();
+                hashed.put(&piece);
+                plain.put(&piece);
+                hashed.put_byte(round);
+                plain.put_byte(round);
+            }
+        }
+        assert_eq!(hashed.finish(), Digest::of_bytes(&plain));
+    }
 }
