@@ -16,29 +16,33 @@ use crate::state::{BreakerState, Record, Ticket, TicketKind};
 pub(crate) struct CallGuard {
     state: Arc<BreakerState>,
     ticket: Ticket,
-    started: Option<u64>,
+    /// With a `slow_call_duration` of the breaker's own: the call's start and that
+    /// threshold, both on the registry clock; the outcome then reads the clock once more.
+    slow_check: Option<(u64, u64)>,
     done: bool,
 }
 
 impl CallGuard {
-    pub(crate) fn new(state: Arc<BreakerState>, ticket: Ticket, started: Option<u64>) -> Self {
+    pub(crate) fn new(
+        state: Arc<BreakerState>,
+        ticket: Ticket,
+        slow_check: Option<(u64, u64)>,
+    ) -> Self {
         CallGuard {
             state,
             ticket,
-            started,
+            slow_check,
             done: false,
         }
     }
 
-    fn finish(mut self, outcome: Outcome, marked_slow: bool) {
+    pub(crate) fn finish(mut self, outcome: Outcome, marked_slow: bool) {
         self.done = true;
+        // Without a threshold of its own the breaker's shared config is not touched here.
         let slow = marked_slow
-            || match (self.started, self.state.slow_threshold_nanos()) {
-                (Some(start), Some(threshold)) => {
-                    self.state.now_nanos().saturating_sub(start) >= threshold
-                }
-                _ => false,
-            };
+            || self.slow_check.is_some_and(|(start, threshold)| {
+                self.state.now_nanos().saturating_sub(start) >= threshold
+            });
         let record = match outcome {
             Outcome::Success => Record::Success { slow },
             Outcome::Failure(f) if f.counts_for_breaker => Record::Failure { slow },

@@ -1,5 +1,8 @@
 //! [`BreakerLayer`]: configuration only.
 
+use std::fmt;
+use std::sync::Arc;
+
 use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
@@ -7,6 +10,17 @@ use crate::config::BreakerConfig;
 use crate::key::ToolKey;
 use crate::registry::BreakerRegistry;
 use crate::service::Breaker;
+use crate::state::BreakerState;
+
+/// The breaker of a pinned key, as the layer holds it.
+#[derive(Clone)]
+struct Pinned(Arc<BreakerState>);
+
+impl fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Pinned").field(&self.0.key).finish()
+    }
+}
 
 /// Wraps a service in [`Breaker`]: per-key circuit breakers from one
 /// [`BreakerRegistry`].
@@ -18,6 +32,7 @@ pub struct BreakerLayer<K = ToolKey, C = DefaultClassifier> {
     registry: BreakerRegistry,
     key_fn: K,
     classifier: C,
+    pinned: Option<Pinned>,
 }
 
 impl BreakerLayer {
@@ -28,6 +43,7 @@ impl BreakerLayer {
             registry,
             key_fn: ToolKey,
             classifier: DefaultClassifier,
+            pinned: None,
         }
     }
 
@@ -45,6 +61,7 @@ impl<K, C> BreakerLayer<K, C> {
             registry: self.registry,
             key_fn,
             classifier: self.classifier,
+            pinned: self.pinned,
         }
     }
 
@@ -56,7 +73,21 @@ impl<K, C> BreakerLayer<K, C> {
             registry: self.registry,
             key_fn: self.key_fn,
             classifier,
+            pinned: self.pinned,
         }
+    }
+
+    /// For a layer that wraps calls of one known key (a stack built for one tool): the
+    /// services it builds, and every clone of them, start with that key's breaker in hand,
+    /// so a call with that key does no lookup in the registry, even on a clone of a service
+    /// that never ran (as a service cloned for every call is). The breaker is created now
+    /// if the registry has none, whatever its `max_keys`, and is never evicted for being
+    /// idle: pin keys the application chose, never ones taken from a request. Calls with
+    /// another key look it up as usual.
+    #[must_use]
+    pub fn pin_key(mut self, key: &str) -> Self {
+        self.pinned = Some(Pinned(self.registry.pinned(key)));
+        self
     }
 
     /// The registry: status, overrides, events.
@@ -75,6 +106,7 @@ impl<S, K: Clone, C: Clone> Layer<S> for BreakerLayer<K, C> {
             self.key_fn.clone(),
             self.classifier.clone(),
         )
+        .with_cached(self.pinned.as_ref().map(|p| Arc::clone(&p.0)))
     }
 }
 

@@ -39,6 +39,8 @@ mod events;
 mod future;
 mod key;
 mod layer;
+#[cfg(all(test, toolshield_loom))]
+mod loom_model;
 mod registry;
 mod service;
 mod shared;

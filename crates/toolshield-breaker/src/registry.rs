@@ -231,6 +231,14 @@ impl BreakerRegistry {
         )
     }
 
+    /// The breaker of `key`, created if needed whatever the bound, and pinned: a layer
+    /// built for this one key holds it, and the sweep never evicts it.
+    pub(crate) fn pinned(&self, key: &str) -> Arc<BreakerState> {
+        let state = self.get_for_override(key);
+        state.pinned.store(true, Ordering::Release);
+        state
+    }
+
     /// The breaker of `key` for a manual action: created if needed, whatever the bound.
     fn get_for_override(&self, key: &str) -> Arc<BreakerState> {
         if let Some(s) = self.find(key) {

@@ -42,6 +42,12 @@ impl<S, K, C> Breaker<S, K, C> {
         }
     }
 
+    /// Starts with `state` as the breaker of its last key (a pinned key's).
+    pub(crate) fn with_cached(mut self, state: Option<Arc<BreakerState>>) -> Self {
+        self.cached = state;
+        self
+    }
+
     /// The registry.
     pub fn registry(&self) -> &BreakerRegistry {
         &self.registry
@@ -147,8 +153,10 @@ where
                 state.set_probe(true);
             }
         }
-        let started = state.slow_threshold_nanos().map(|_| state.now_nanos());
-        let guard = CallGuard::new(state, ticket, started);
+        let slow_check = state
+            .slow_threshold_nanos()
+            .map(|threshold| (state.now_nanos(), threshold));
+        let guard = CallGuard::new(state, ticket, slow_check);
         ResponseFuture::called(self.inner.call(req), guard, self.classifier.clone())
     }
 }

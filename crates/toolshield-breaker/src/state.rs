@@ -2,9 +2,21 @@
 //! atomics. Transitions take a per-breaker lock; admitting and recording in the closed
 //! state never do.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
+
+// The atomics and the transition lock come from loom when its model checker runs the
+// state machine (`src/loom_model.rs`); everything else is plain std.
+#[cfg(all(test, toolshield_loom))]
+use loom::sync::{
+    atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    Mutex,
+};
+#[cfg(not(all(test, toolshield_loom)))]
+use std::sync::{
+    atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    Mutex,
+};
 
 use std::time::SystemTime;
 use tokio::time::Instant;
@@ -479,6 +491,9 @@ pub(crate) struct BreakerState {
     opens: AtomicU32,
     pub(crate) touched: AtomicBool,
     pub(crate) evicted: AtomicBool,
+    /// Held by a layer built for this one key ([`BreakerLayer::pin_key`](crate::BreakerLayer::pin_key)):
+    /// never evicted.
+    pub(crate) pinned: AtomicBool,
     /// Never held by the registry (a call that overflowed a full registry): its counts are
     /// retired when it is dropped.
     unkept: bool,
@@ -492,14 +507,19 @@ pub(crate) struct BreakerState {
     /// go with the breaker when it is evicted.
     lock: Mutex<Tally>,
     pub(crate) key: Arc<str>,
+    /// `slow_call_duration` in nanoseconds (`u64::MAX` for none: no call is that slow),
+    /// copied from the config so the call path reads it next to the state word instead
+    /// of through `core`.
+    slow_threshold: u64,
     core: Arc<Core>,
 }
 
 impl Drop for BreakerState {
     fn drop(&mut self) {
         if self.unkept {
-            let tally = self.lock.get_mut().unwrap_or_else(|e| e.into_inner());
-            self.core.retire(tally, *self.rejections.get_mut());
+            let tally = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.core
+                .retire(&tally, self.rejections.load(Ordering::Relaxed));
         }
     }
 }
@@ -525,6 +545,7 @@ impl BreakerState {
             opens: AtomicU32::new(0),
             touched: AtomicBool::new(true),
             evicted: AtomicBool::new(!kept),
+            pinned: AtomicBool::new(false),
             unkept: !kept,
             open_until: AtomicU64::new(0),
             last_failure: AtomicU64::new(0),
@@ -532,6 +553,9 @@ impl BreakerState {
             window: Window::new(&core.config.window),
             lock: Mutex::new(Vec::new()),
             key,
+            slow_threshold: core.config.slow_call_duration.map_or(u64::MAX, |d| {
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+            }),
             core,
         }
     }
@@ -564,10 +588,7 @@ impl BreakerState {
     /// The breaker's own slow-call threshold, if configured.
     #[inline]
     pub(crate) fn slow_threshold_nanos(&self) -> Option<u64> {
-        self.core
-            .config
-            .slow_call_duration
-            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        (self.slow_threshold != u64::MAX).then_some(self.slow_threshold)
     }
 
     /// The registry clock.
@@ -587,13 +608,14 @@ impl BreakerState {
         !self.evicted.load(Ordering::SeqCst)
     }
 
-    /// Whether the sweep may evict it: no manual override, and closed; or, when the
+    /// Whether the sweep may evict it: not pinned, no manual override, and closed; or, when the
     /// registry is full (`full`), open with its wait over (its next call would only probe;
     /// an idle key whose failures are that old starts afresh, so a flood of keys that
     /// failed once and are never called again cannot pin the registry full).
     pub(crate) fn evictable(&self, full: bool) -> bool {
         let (_, mode, state) = unpack(self.word.load(Ordering::Acquire));
-        mode == M_NORMAL
+        !self.pinned.load(Ordering::Acquire)
+            && mode == M_NORMAL
             && (state == ST_CLOSED
                 || full
                     && state == ST_OPEN

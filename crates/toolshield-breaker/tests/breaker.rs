@@ -838,3 +838,75 @@ fn a_slow_mark_is_visible_to_the_breaker() {
     });
     assert!(res.slow_call().is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pinned_key_is_resolved_once_and_never_evicted_for_being_idle() {
+    let registry = BreakerRegistry::new(BreakerConfig {
+        consecutive_failures: 2,
+        idle_ttl: Duration::from_secs(60),
+        ..BreakerConfig::default()
+    })
+    .expect("valid config");
+    let layer = BreakerLayer::new(registry.clone()).pin_key("quote");
+    assert!(
+        registry.status("quote").is_some(),
+        "the breaker exists as soon as the layer is built"
+    );
+    let template = layer.layer(Tool::default());
+    // Every call on a fresh clone of a service that never ran, as a stack cloned per call
+    // does: both failures land in the one breaker of the key.
+    for _ in 0..2 {
+        let mut svc = template.clone();
+        let _ = call(&mut svc, "quote", "fail").await;
+    }
+    assert_eq!(registry.state("quote"), CircuitState::Open);
+    let mut svc = template.clone();
+    let err = call(&mut svc, "quote", "ok").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CircuitOpen);
+
+    // Closed again and idle for many sweeps: an unpinned key goes, the pinned one stays.
+    registry.reset("quote");
+    call(&mut svc, "weather", "ok").await.unwrap();
+    for _ in 0..3 {
+        advance(Duration::from_secs(61)).await;
+        registry.evict_idle();
+    }
+    assert!(
+        registry.status("weather").is_none(),
+        "an idle key is evicted"
+    );
+    assert!(
+        registry.status("quote").is_some(),
+        "a pinned key is never evicted"
+    );
+    // The breaker the layer holds is still the registry's: an override reaches its calls.
+    registry.force_open("quote");
+    let mut svc = template.clone();
+    let err = call(&mut svc, "quote", "ok").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CircuitOpen);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pinned_key_has_its_own_breaker_in_a_full_registry() {
+    let registry = BreakerRegistry::new(BreakerConfig {
+        consecutive_failures: 1,
+        max_keys: 2,
+        ..BreakerConfig::default()
+    })
+    .expect("valid config");
+    let mut flood = BreakerLayer::new(registry.clone()).layer(Tool::default());
+    for key in ["x", "y", "z"] {
+        call(&mut flood, key, "ok").await.unwrap();
+    }
+    let mut pinned = BreakerLayer::new(registry.clone())
+        .pin_key("quote")
+        .layer(Tool::default());
+    let _ = call(&mut pinned, "quote", "fail").await;
+    assert_eq!(
+        registry.state("quote"),
+        CircuitState::Open,
+        "the pinned key trips its own breaker, not the overflow one"
+    );
+    // A call with another key through the pinned service is looked up as usual.
+    call(&mut pinned, "x", "ok").await.unwrap();
+}

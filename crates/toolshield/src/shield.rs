@@ -769,7 +769,7 @@ fn tool_stack<S: ToolService>(
     }
     let l = p.layers(tool).clone();
     let metrics = tool_metrics(p, tool);
-    let attempt = attempt_stack(&l, &metrics, flow, service);
+    let attempt = attempt_stack(&l, tool, &metrics, flow, service);
     let retried = ServiceBuilder::new()
         // Boxed once per call: the layers above move a pointer instead of the retry
         // future (which holds a clone of the attempt stack and of the request); measured
@@ -843,6 +843,7 @@ where
 /// allocation for its clone in each call and one for each attempt's future.
 fn attempt_stack<S: ToolService>(
     l: &ToolLayers,
+    tool: &str,
     metrics: &MetricsLayer,
     flow: &Flow,
     service: S,
@@ -854,8 +855,13 @@ fn attempt_stack<S: ToolService>(
         + Sync
         + 'static,
 > {
-    // A caught panic is INTERNAL, which the breaker counts (it is never retried).
-    let breaker = l.breaker.clone().classifier(CountPanics::new());
+    // A caught panic is INTERNAL, which the breaker counts (it is never retried). The
+    // stack is the tool's own: its breaker is resolved here, once, not on every call.
+    let breaker = l
+        .breaker
+        .clone()
+        .classifier(CountPanics::new())
+        .pin_key(tool);
     if flow.hedge.is_none()
         && flow.rate_limit.is_none()
         && flow.bulkhead.is_none()
