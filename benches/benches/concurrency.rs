@@ -19,11 +19,10 @@ use serde_json::Value;
 use toolshield::prelude::*;
 use toolshield_benches::{payload_200b, BareTool};
 use tower::util::BoxCloneSyncService;
-use tower::{Layer, Service, ServiceExt};
-use tower_resilience::cache::CacheLayer as PeerCache;
-use tower_resilience::circuitbreaker::{CircuitBreakerError, CircuitBreakerLayer};
-use tower_resilience::retry::RetryLayer as PeerRetry;
-use tower_resilience::timelimiter::{TimeLimiterError, TimeLimiterLayer};
+use tower::{Service, ServiceExt};
+
+#[path = "common/peer.rs"]
+mod peer;
 
 /// Concurrent tasks per batch.
 const TASKS: u64 = 64;
@@ -74,28 +73,9 @@ async fn run(services: Arc<Vec<Svc>>, names: Arc<Vec<Arc<str>>>, iters: u64) -> 
 
 /// tower-resilience's stack around the bare tool, as in `--bench stack`.
 fn peer_stack() -> Svc {
-    type Inner = CircuitBreakerError<TimeLimiterError<ToolError>>;
-    let time_limiter = TimeLimiterLayer::builder()
-        .timeout_duration(Duration::from_secs(30))
-        .cancel_running_future(true)
-        .build();
-    let breaker = CircuitBreakerLayer::builder()
-        .failure_rate_threshold(0.5)
-        .sliding_window_size(100)
-        .build()
-        .expect("peer breaker");
-    let retry = PeerRetry::<ToolRequest, ToolResponse, Inner>::builder()
-        .max_attempts(3)
-        .exponential_backoff(Duration::from_millis(500))
-        .build();
-    let cache = PeerCache::builder()
-        .max_size(100_000)
-        .ttl(Duration::from_secs(600))
-        .key_extractor(|req: &ToolRequest| req.cache_key().unwrap_or_default())
-        .build()
-        .expect("peer cache");
-    let svc = cache.layer(retry.layer(breaker.layer(time_limiter.layer(BareTool))));
-    BoxCloneSyncService::new(svc.map_err(|e| ToolError::execution_failed(format!("{e:?}"))))
+    BoxCloneSyncService::new(
+        peer::stack().map_err(|e| ToolError::execution_failed(format!("{e:?}"))),
+    )
 }
 
 fn concurrency(c: &mut Criterion) {

@@ -4,23 +4,22 @@
 //!
 //! Every entry builds one fresh `ToolRequest` per call with a distinct ~200-byte payload,
 //! so the cache misses and the payload digest is computed each time, as on a real miss.
-//! One more entry runs the same stack for a read-only tool without a cache.
+//! Two more entries run the pipelines without a cache: the same stack for a read-only
+//! tool without one, and tower-resilience's time limiter + retry + circuit breaker.
 
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::Value;
 use toolshield::prelude::*;
 use toolshield_benches::{payload_200b, BareTool};
-use tower::{Layer, Service, ServiceExt};
-use tower_resilience::cache::CacheLayer as PeerCache;
-use tower_resilience::circuitbreaker::{CircuitBreakerError, CircuitBreakerLayer};
-use tower_resilience::retry::RetryLayer as PeerRetry;
-use tower_resilience::timelimiter::{TimeLimiterError, TimeLimiterLayer};
+use tower::{Service, ServiceExt};
+
+#[path = "common/peer.rs"]
+mod peer;
 
 const CONFIG: &str = r#"
 [defaults]
@@ -92,31 +91,20 @@ fn stack(c: &mut Criterion) {
         })
     });
 
-    type Inner = CircuitBreakerError<TimeLimiterError<ToolError>>;
-    let time_limiter = TimeLimiterLayer::builder()
-        .timeout_duration(Duration::from_secs(30))
-        .cancel_running_future(true)
-        .build();
-    let breaker = CircuitBreakerLayer::builder()
-        .failure_rate_threshold(0.5)
-        .sliding_window_size(100)
-        .build()
-        .expect("peer breaker");
-    let retry = PeerRetry::<ToolRequest, ToolResponse, Inner>::builder()
-        .max_attempts(3)
-        .exponential_backoff(Duration::from_millis(500))
-        .build();
-    let cache = PeerCache::builder()
-        .max_size(100_000)
-        .ttl(Duration::from_secs(600))
-        .key_extractor(|req: &ToolRequest| req.cache_key().unwrap_or_default())
-        .build()
-        .expect("peer cache");
-    let peer = cache.layer(retry.layer(breaker.layer(time_limiter.layer(BareTool))));
+    // tower-resilience, cached and not: time limiter + retry + breaker (+ cache).
+    let peer = peer::stack();
     group.bench_function("tower_resilience_stack", |b| {
         b.to_async(&rt).iter(|| {
             let mut svc = peer.clone();
             let req = next_request("weather", &counter, &base);
+            async move { call(&mut svc, req).await }
+        })
+    });
+    let peer_pipeline = peer::pipeline();
+    group.bench_function("tower_resilience_no_cache", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut svc = peer_pipeline.clone();
+            let req = next_request("quote", &counter, &base);
             async move { call(&mut svc, req).await }
         })
     });

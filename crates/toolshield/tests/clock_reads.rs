@@ -17,7 +17,8 @@ const MOST_PER_CALL: u64 = 3;
 /// With a soft threshold: the attempt's end too.
 const MOST_PER_CALL_WITH_SOFT: u64 = 4;
 
-async fn reads_per_call(config: ShieldConfig, tool: &str) -> u64 {
+/// Counts the reads of one call to `tool` under `config` and checks them against `most`.
+async fn assert_reads_at_most(config: ShieldConfig, tool: &str, most: u64) {
     let exporter = toolshield::metrics::local_prometheus();
     let shield = Shield::from_config(config)
         .expect("shield")
@@ -46,7 +47,10 @@ async fn reads_per_call(config: ShieldConfig, tool: &str) -> u64 {
     println!("{reads} clock reads");
     assert!(res.provenance.fetched_at.is_some());
     assert!(res.provenance.duration.is_some());
-    reads
+    assert!(
+        reads <= most,
+        "{reads} clock reads per call, at most {most} expected"
+    );
 }
 
 #[tokio::test]
@@ -59,11 +63,7 @@ timeout = { attempt = "30s", soft = "2s", total = "60s" }
 kind = "read_only"
 "#;
     let config = ShieldConfig::from_toml_str(config).expect("config");
-    let reads = reads_per_call(config, "quote").await;
-    assert!(
-        reads <= MOST_PER_CALL_WITH_SOFT,
-        "{reads} clock reads per call, at most {MOST_PER_CALL_WITH_SOFT} expected"
-    );
+    assert_reads_at_most(config, "quote", MOST_PER_CALL_WITH_SOFT).await;
 }
 
 #[tokio::test]
@@ -73,11 +73,7 @@ async fn a_call_with_the_built_in_settings_reads_the_clock_four_times_at_most() 
 kind = "read_only"
 "#;
     let config = ShieldConfig::from_toml_str(config).expect("config");
-    let reads = reads_per_call(config, "quote").await;
-    assert!(
-        reads <= MOST_PER_CALL_WITH_SOFT,
-        "{reads} clock reads per call, at most {MOST_PER_CALL_WITH_SOFT} expected"
-    );
+    assert_reads_at_most(config, "quote", MOST_PER_CALL_WITH_SOFT).await;
 }
 
 #[tokio::test]
@@ -87,9 +83,5 @@ async fn without_a_soft_threshold_a_call_reads_the_clock_in_at_the_attempt_and_o
         "tools": {"quote": {"kind": "read_only"}}
     }"#;
     let config = ShieldConfig::from_json_str(config).expect("config");
-    let reads = reads_per_call(config, "quote").await;
-    assert!(
-        reads <= MOST_PER_CALL,
-        "{reads} clock reads per call, at most {MOST_PER_CALL} expected"
-    );
+    assert_reads_at_most(config, "quote", MOST_PER_CALL).await;
 }
