@@ -530,7 +530,11 @@ impl RedisCluster {
     }
 
     /// Waits until every running node reports `cluster_state:ok`, knows every node and
-    /// sees every slot assigned.
+    /// sees every slot assigned, and every replication link is settled: each replica's
+    /// link is up with no sync in progress, each master has its replicas online. A
+    /// replica still in its first full sync when a test writes could take a second one
+    /// later, and a test that kills its master then could promote a replica without the
+    /// writes.
     pub fn wait_ready(&self, within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + within;
         let nodes = self.nodes.len().to_string();
@@ -538,16 +542,25 @@ impl RedisCluster {
             let mut why = None;
             for n in self.nodes.iter().filter(|n| n.child.is_some()) {
                 let info = cli(n.port, &["cluster", "info"]).unwrap_or_default();
-                let field = |name: &str| {
-                    info.lines()
+                let replication = cli(n.port, &["info", "replication"]).unwrap_or_default();
+                let field = |text: &str, name: &str| {
+                    text.lines()
                         .find_map(|l| l.strip_prefix(name))
                         .map(|v| v.trim().to_owned())
                 };
-                if field("cluster_state:").as_deref() != Some("ok")
-                    || field("cluster_known_nodes:").as_deref() != Some(nodes.as_str())
-                    || field("cluster_slots_assigned:").as_deref() != Some("16384")
+                if field(&info, "cluster_state:").as_deref() != Some("ok")
+                    || field(&info, "cluster_known_nodes:").as_deref() != Some(nodes.as_str())
+                    || field(&info, "cluster_slots_assigned:").as_deref() != Some("16384")
                 {
                     why = Some(format!("node {}: {}", n.port, info.replace("\r\n", " ")));
+                    break;
+                }
+                if !replication_settled(&replication, self.options.replicas_per_master) {
+                    why = Some(format!(
+                        "node {}: {}",
+                        n.port,
+                        replication.replace("\r\n", " ")
+                    ));
                     break;
                 }
             }
@@ -689,6 +702,31 @@ impl RedisCluster {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// Whether a node's `INFO replication` shows its links settled: a replica's link up with
+/// no sync in progress; a master with `replicas` replicas, every one online.
+fn replication_settled(info: &str, replicas: usize) -> bool {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    match field("role:") {
+        Some("slave") => {
+            field("master_link_status:") == Some("up")
+                && field("master_sync_in_progress:") == Some("0")
+        }
+        Some("master") => {
+            let online = info
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains(':'))
+                .filter(|l| l.contains("state=online"))
+                .count();
+            online >= replicas
+        }
+        _ => false,
     }
 }
 

@@ -394,26 +394,43 @@ async fn a_master_killed_without_replicas_fails_closed_for_its_keys_only_and_run
     assert!(conn.health().await.is_err());
 }
 
-/// Waits until the replica of the master on `master` has every write the master took.
-fn wait_replicated(master: u16, within: Duration) {
+/// Waits until the replica of the master on `master` holds `key` (asked of the replica
+/// itself), is online, and has applied every write the master took, three times in a
+/// row: equal offsets alone do not show that the replica's data set holds the key.
+fn wait_replica_holds(master: u16, key: &str, within: Duration) {
     let deadline = std::time::Instant::now() + within;
+    let mut settled = 0;
     loop {
         let info = cli(master, &["info", "replication"]);
         let offset = info
             .lines()
             .find_map(|l| l.strip_prefix("master_repl_offset:"))
-            .map(|v| v.trim().to_owned());
-        let replica = info
-            .lines()
-            .find(|l| l.starts_with("slave0:"))
-            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("offset=")))
-            .map(|v| v.trim().to_owned());
-        if offset.is_some() && offset == replica {
-            return;
+            .map(str::trim);
+        let replica = info.lines().find(|l| l.starts_with("slave0:"));
+        let field = |name: &str| {
+            replica.and_then(|l| {
+                l.split(',')
+                    .find_map(|f| f.strip_prefix(name))
+                    .map(str::trim)
+            })
+        };
+        let port = field("port=").and_then(|p| p.parse::<u16>().ok());
+        let holds = port.is_some_and(|p| cli(p, &["keys", key]).trim() == key);
+        if holds
+            && field("state=") == Some("online")
+            && offset.is_some()
+            && offset == field("offset=")
+        {
+            settled += 1;
+            if settled == 3 {
+                return;
+            }
+        } else {
+            settled = 0;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the replica of {master} did not catch up: {info}"
+            "the replica of {master} does not hold {key}: {info}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -444,7 +461,11 @@ async fn after_a_failover_to_a_replica_the_records_replay_and_new_calls_run() {
         tool,
     );
     let first = svc.clone().oneshot(pay("before-failover")).await.unwrap();
-    wait_replicated(victim, Duration::from_secs(5));
+    let record = format!(
+        "{prefix}{}",
+        toolshield_idempotency::storage_key("pay", None, "before-failover")
+    );
+    wait_replica_holds(victim, &record, Duration::from_secs(10));
 
     cluster.kill_node(victim);
     // Until the replica is promoted the slot is unavailable: fail-closed, nothing runs.
@@ -468,7 +489,12 @@ async fn after_a_failover_to_a_replica_the_records_replay_and_new_calls_run() {
         .wait_failover(victim, Duration::from_secs(10))
         .unwrap();
     assert!(unavailable > 0, "the slot was unavailable for a while");
-    assert!(replay.provenance.replayed, "the replica had the record");
+    assert!(
+        replay.provenance.replayed,
+        "the promoted replica replays the record: {} runs, {unavailable} calls refused, {:?}",
+        runs.load(Ordering::SeqCst),
+        replay.provenance
+    );
     assert_eq!(replay.output, first.output);
     assert_ne!(cluster.master_of(&probe).unwrap(), victim);
     svc.clone().oneshot(pay("after-failover")).await.unwrap();
