@@ -6,9 +6,10 @@
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::{ErrorKind, ToolError};
@@ -76,6 +77,16 @@ trait Sink {
     fn put(&mut self, bytes: &[u8]);
     /// One byte: most pieces of canonical JSON are one punctuation byte.
     fn put_byte(&mut self, byte: u8);
+    /// A string that needs no escape, in quotes, then a colon when `colon` (a key): the
+    /// piece every key and most string values are.
+    fn put_quoted(&mut self, bytes: &[u8], colon: bool) {
+        self.put_byte(b'"');
+        self.put(bytes);
+        self.put_byte(b'"');
+        if colon {
+            self.put_byte(b':');
+        }
+    }
 }
 
 /// A hasher fed through a stack buffer: the canonical writer emits many pieces of a few
@@ -131,6 +142,30 @@ impl Sink for BufferedHasher {
         } else {
             self.buf[..bytes.len()].copy_from_slice(bytes);
             self.len = bytes.len();
+        }
+    }
+
+    #[inline]
+    fn put_quoted(&mut self, bytes: &[u8], colon: bool) {
+        let n = bytes.len();
+        let at = self.len;
+        // A short piece with room for it, its quotes and a colon: one bounds check and
+        // fixed-size moves.
+        if n <= 16 {
+            if let Some(dst) = self.buf.get_mut(at..at + n + 3) {
+                dst[0] = b'"';
+                copy_short(&mut dst[1..=n], bytes);
+                dst[n + 1] = b'"';
+                dst[n + 2] = b':';
+                self.len = at + n + 2 + usize::from(colon);
+                return;
+            }
+        }
+        self.put_byte(b'"');
+        self.put(bytes);
+        self.put_byte(b'"');
+        if colon {
+            self.put_byte(b':');
         }
     }
 
@@ -226,43 +261,66 @@ fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
             out.put_byte(b']');
         }
         Value::Object(map) => {
-            // serde_json's map is ordered by bytes (unless its `preserve_order` feature
-            // is on), which is UTF-16 order unless a key holds a character from
-            // U+E000 up: sort only when the keys are out of byte order or hold one.
-            let mut sorted = true;
-            let mut prev: Option<&str> = None;
-            for k in map.keys() {
-                if utf16_order_may_differ(k) || prev.is_some_and(|p| p.as_bytes() >= k.as_bytes()) {
-                    sorted = false;
-                    break;
-                }
-                prev = Some(k);
-            }
             out.put_byte(b'{');
-            if sorted {
-                for (i, (k, v)) in map.iter().enumerate() {
-                    if i > 0 {
-                        out.put_byte(b',');
-                    }
-                    write_string(k, out);
-                    out.put_byte(b':');
-                    write_canonical(v, out);
-                }
+            if keys_in_utf16_order(map) {
+                write_members(map.iter(), out);
             } else {
                 let mut entries: Vec<(&String, &Value)> = map.iter().collect();
                 entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
-                for (i, (k, v)) in entries.into_iter().enumerate() {
-                    if i > 0 {
-                        out.put_byte(b',');
-                    }
-                    write_string(k, out);
-                    out.put_byte(b':');
-                    write_canonical(v, out);
-                }
+                write_members(entries.into_iter(), out);
             }
             out.put_byte(b'}');
         }
     }
+}
+
+/// Writes an object's members in the order given, `key:value` separated by commas.
+#[inline]
+fn write_members<'a, S: Sink>(members: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut S) {
+    let mut first = true;
+    for (k, v) in members {
+        if !first {
+            out.put_byte(b',');
+        }
+        first = false;
+        write_str(k, true, out);
+        write_canonical(v, out);
+    }
+}
+
+/// Whether iterating `map` gives its keys in UTF-16 order (RFC 8785 §3.2.3).
+///
+/// serde_json's map is a `BTreeMap`, ordered by bytes, unless its `preserve_order`
+/// feature is on (anywhere in the build: features unify), when it keeps insertion order.
+/// Byte order is UTF-16 order unless a key holds a character from U+E000 up, so a
+/// byte-ordered map needs only that check; an insertion-ordered one is compared key by
+/// key too.
+#[inline]
+fn keys_in_utf16_order(map: &Map<String, Value>) -> bool {
+    let plain = |k: &String| !any_non_ascii(k.as_bytes()) || !utf16_order_may_differ(k);
+    if map_orders_by_bytes() {
+        return map.keys().all(plain);
+    }
+    let mut prev: Option<&str> = None;
+    for k in map.keys() {
+        if !plain(k) || prev.is_some_and(|p| p.as_bytes() >= k.as_bytes()) {
+            return false;
+        }
+        prev = Some(k);
+    }
+    true
+}
+
+/// Whether this build's `serde_json::Map` iterates in byte order of its keys (no
+/// `preserve_order`), found once by asking a map of two keys inserted out of order.
+fn map_orders_by_bytes() -> bool {
+    static BY_BYTES: OnceLock<bool> = OnceLock::new();
+    *BY_BYTES.get_or_init(|| {
+        let mut probe = Map::new();
+        probe.insert("b".to_owned(), Value::Null);
+        probe.insert("a".to_owned(), Value::Null);
+        probe.keys().next().map(String::as_str) == Some("a")
+    })
 }
 
 /// 2^53: every integer of at most this magnitude is exactly a double, and ECMAScript
@@ -320,46 +378,103 @@ fn write_number<S: Sink>(n: &serde_json::Number, out: &mut S) {
     out.put(buf.format_finite(f).as_bytes());
 }
 
-/// Whether `b` must be escaped in a JSON string.
-#[inline]
-fn needs_escape(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\'
+const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+
+/// Whether some byte of `v` is below `n` (SWAR; exact for `n <= 128`: such a byte, and
+/// only such a byte, sets its high bit in the mask).
+#[inline(always)]
+const fn has_less(v: u64, n: u8) -> bool {
+    v.wrapping_sub(ONES.wrapping_mul(n as u64)) & !v & HIGH != 0
 }
 
-/// Whether any byte of `bytes` must be escaped, eight bytes at a time (SWAR: a byte
-/// below 0x20, or equal to `"` or `\\`, sets its high bit in the masks below).
-fn any_needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    /// Whether some byte of `v` is below `n` (exact for `n <= 128`).
-    const fn has_less(v: u64, n: u8) -> bool {
-        v.wrapping_sub(ONES.wrapping_mul(n as u64)) & !v & HIGH != 0
+/// Whether some byte of `v` is `b`.
+#[inline(always)]
+const fn has_byte(v: u64, b: u8) -> bool {
+    has_less(v ^ ONES.wrapping_mul(b as u64), 1)
+}
+
+/// Whether `word` holds for some word of `bytes` read eight bytes at a time, the last
+/// word overlapping the one before it (so every byte is read and no word is padded);
+/// 4 to 7 bytes are read as two overlapping 4-byte halves, fewer byte by byte (`byte`).
+/// Every read is a load straight from the slice: a word assembled in memory and loaded
+/// whole would stall the load.
+#[inline(always)]
+fn any_word(bytes: &[u8], word: impl Fn(u64) -> bool, byte: impl Fn(u8) -> bool) -> bool {
+    let load8 = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|s| <[u8; 8]>::try_from(s).ok())
+            .map(u64::from_le_bytes)
+    };
+    let load4 = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .and_then(|s| <[u8; 4]>::try_from(s).ok())
+            .map(|w| u64::from(u32::from_le_bytes(w)))
+    };
+    let n = bytes.len();
+    if n < 4 {
+        return bytes.iter().any(|&b| byte(b));
     }
-    const fn has_byte(v: u64, b: u8) -> bool {
-        has_less(v ^ ONES.wrapping_mul(b as u64), 1)
+    if n < 8 {
+        // A read that cannot fail; were it to, the answer errs on "holds".
+        return match (load4(0), load4(n - 4)) {
+            (Some(lo), Some(hi)) => word(lo | hi << 32),
+            _ => true,
+        };
     }
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let v = u64::from_ne_bytes(word);
-        if has_less(v, 0x20) || has_byte(v, b'"') || has_byte(v, b'\\') {
+    let mut at = 0;
+    while at + 8 <= n {
+        if load8(at).is_none_or(&word) {
             return true;
         }
+        at += 8;
     }
-    chunks.remainder().iter().any(|&b| needs_escape(b))
+    at < n && load8(n - 8).is_none_or(&word)
 }
 
+/// Whether any byte of `bytes` must be escaped in a JSON string (below 0x20, `"` or `\\`).
+#[inline]
+fn any_needs_escape(bytes: &[u8]) -> bool {
+    any_word(
+        bytes,
+        |v| has_less(v, 0x20) || has_byte(v, b'"') || has_byte(v, b'\\'),
+        |b| b < 0x20 || b == b'"' || b == b'\\',
+    )
+}
+
+/// Whether `bytes` holds a byte from 0x80 up (is not ASCII).
+#[inline]
+fn any_non_ascii(bytes: &[u8]) -> bool {
+    any_word(bytes, |v| v & HIGH != 0, |b| b >= 0x80)
+}
+
+/// Writes a string value.
 fn write_string<S: Sink>(s: &str, out: &mut S) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    write_str(s, false, out);
+}
+
+/// Writes `s` as a JSON string, followed by a colon when it is a key (`colon`).
+#[inline]
+fn write_str<S: Sink>(s: &str, colon: bool, out: &mut S) {
     let bytes = s.as_bytes();
-    out.put_byte(b'"');
     // Nearly every key and value has nothing to escape: one check, one copy.
     if !any_needs_escape(bytes) {
-        out.put(bytes);
-        out.put_byte(b'"');
+        out.put_quoted(bytes, colon);
         return;
     }
+    write_escaped(bytes, out);
+    if colon {
+        out.put_byte(b':');
+    }
+}
+
+/// Writes `bytes`, which hold a character to escape, as a JSON string.
+#[cold]
+fn write_escaped<S: Sink>(bytes: &[u8], out: &mut S) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.put_byte(b'"');
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let escape: &[u8] = match b {
@@ -463,5 +578,53 @@ mod tests {
             }
         }
         assert_eq!(hashed.finish(), Digest::of_bytes(&plain));
+    }
+
+    #[test]
+    fn quoted_pieces_hash_as_their_bytes_at_every_offset() {
+        // Quoted keys and values of every length from 0 to 40, with and without a colon,
+        // starting at every offset of the buffer (a boundary inside the piece included).
+        let mut hashed = BufferedHasher::new();
+        let mut plain = Vec::new();
+        for round in 0..30_u8 {
+            for n in 0..=40_usize {
+                let piece: Vec<u8> = (0..n)
+                    .map(|i| b'a' + ((round as usize + i) % 26) as u8)
+                    .collect();
+                let colon = n % 2 == 0;
+                hashed.put_quoted(&piece, colon);
+                plain.put_quoted(&piece, colon);
+            }
+            hashed.put_byte(round);
+            plain.put_byte(round);
+        }
+        assert_eq!(hashed.finish(), Digest::of_bytes(&plain));
+    }
+
+    #[test]
+    fn every_byte_to_escape_and_every_non_ascii_byte_is_found_at_every_position_of_every_length() {
+        let must = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+        for len in 0..=24_usize {
+            assert!(
+                !any_needs_escape(&vec![b'x'; len]),
+                "length {len}, nothing to escape"
+            );
+            for at in 0..len {
+                for b in 0..=255_u8 {
+                    let mut bytes = vec![b'x'; len];
+                    bytes[at] = b;
+                    assert_eq!(
+                        any_needs_escape(&bytes),
+                        must(b),
+                        "byte {b:#04x} at {at} of {len}"
+                    );
+                    assert_eq!(
+                        any_non_ascii(&bytes),
+                        b >= 0x80,
+                        "non-ASCII: byte {b:#04x} at {at} of {len}"
+                    );
+                }
+            }
+        }
     }
 }
