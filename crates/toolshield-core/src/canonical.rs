@@ -297,13 +297,24 @@ fn write_members<'a, S: Sink>(members: impl Iterator<Item = (&'a String, &'a Val
 /// key too.
 #[inline]
 fn keys_in_utf16_order(map: &Map<String, Value>) -> bool {
-    let plain = |k: &String| !any_non_ascii(k.as_bytes()) || !utf16_order_may_differ(k);
     if map_orders_by_bytes() {
-        return map.keys().all(plain);
+        return map.keys().all(|k| plain_key(k));
     }
+    keys_ascending(map.keys().map(String::as_str))
+}
+
+/// Whether `key` orders the same by UTF-16 code units as by bytes against any key.
+#[inline]
+fn plain_key(key: &str) -> bool {
+    !any_non_ascii(key.as_bytes()) || !utf16_order_may_differ(key)
+}
+
+/// Whether `keys`, in the order given, are strictly ascending by UTF-16 code units, told
+/// by their bytes: every key plain and each above the one before.
+fn keys_ascending<'a>(keys: impl Iterator<Item = &'a str>) -> bool {
     let mut prev: Option<&str> = None;
-    for k in map.keys() {
-        if !plain(k) || prev.is_some_and(|p| p.as_bytes() >= k.as_bytes()) {
+    for k in keys {
+        if !plain_key(k) || prev.is_some_and(|p| p.as_bytes() >= k.as_bytes()) {
             return false;
         }
         prev = Some(k);
@@ -599,6 +610,20 @@ mod tests {
             plain.put_byte(round);
         }
         assert_eq!(hashed.finish(), Digest::of_bytes(&plain));
+    }
+
+    #[test]
+    fn keys_in_another_order_than_utf16_are_told_from_sorted_ones() {
+        // The check an insertion-ordered map (serde_json's `preserve_order`) goes through.
+        assert!(keys_ascending(["a", "b", "ba", "é"].into_iter()));
+        assert!(keys_ascending(std::iter::empty()));
+        assert!(!keys_ascending(["b", "a"].into_iter()));
+        assert!(!keys_ascending(["a", "a"].into_iter()));
+        assert!(!keys_ascending(["ab", "a"].into_iter()));
+        // U+E000 sorts after U+10000 by bytes but before it by UTF-16: never trusted.
+        assert!(!keys_ascending(["a", "\u{e000}"].into_iter()));
+        assert!(!keys_ascending(["\u{10000}"].into_iter()));
+        assert!(plain_key("caller") && plain_key("ville-é") && !plain_key("\u{ffff}"));
     }
 
     #[test]
