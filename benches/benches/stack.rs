@@ -80,7 +80,7 @@ fn stack(c: &mut Criterion) {
         })
     });
 
-    // The same stack for a read-only tool without a cache: what DESIGN §7's comparison
+    // The same stack for a read-only tool without a cache: what the budget's comparison
     // with Polly's standard pipeline (which has no cache) measures.
     let uncached = shield.wrap("quote", BareTool);
     group.bench_function("toolshield_default_stack_no_cache", |b| {

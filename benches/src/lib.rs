@@ -36,7 +36,7 @@ impl Service<ToolRequest> for BareTool {
     }
 }
 
-/// A payload of about 200 bytes, the size the cache budget of DESIGN §7 is set for.
+/// A payload of about 200 bytes, the size the cache-hit budget (docs/benchmarks.md) is set for.
 pub fn payload_200b() -> Value {
     json!({
         "city": "Paris",
