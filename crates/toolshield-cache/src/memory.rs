@@ -55,13 +55,12 @@ impl InMemoryCacheStore {
 
     /// The live entry under `key`, without a future (what [`CacheStore::get`] does).
     pub fn get_now(&self, key: &str) -> Option<CacheLookup> {
+        // Copied under the shard's read lock (readers do not wait for each other): no
+        // reference count taken and dropped per hit.
         let (response, ttl_left) = self
             .entries
-            .get(key, |response, left| (Arc::clone(response), left))?;
-        Some(CacheLookup {
-            response: (*response).clone(),
-            ttl_left,
-        })
+            .get(key, |response, left| (ToolResponse::clone(response), left))?;
+        Some(CacheLookup { response, ttl_left })
     }
 
     /// Stores `response` under `key` for `ttl`, without a future. A response heavier than
@@ -98,5 +97,9 @@ impl CacheStore for InMemoryCacheStore {
 
     fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(ready(Ok(self.remove_now(key))))
+    }
+
+    fn lookup_now(&self, key: &str) -> Option<CacheLookup> {
+        self.get_now(key)
     }
 }

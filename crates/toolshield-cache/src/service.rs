@@ -86,6 +86,15 @@ impl StorePath<ToolRequest> for CacheLayer {
         let Some(key) = key_for(&req, &policy) else {
             return ResponseFuture::passthrough(inner.call(req));
         };
+        // A fresh hit in a store that answers without I/O is answered here: no future to
+        // box, no clone of the service. A stale entry, a miss and a store with I/O take
+        // the full path.
+        if let Some(found) = self.shared.store.lookup_now(&key) {
+            if found.ttl_left > policy.stale_if_error {
+                self.shared.counters.hits.bump();
+                return ResponseFuture::ready(Ok(hit(found.response)));
+            }
+        }
         let svc = take_ready(inner);
         ResponseFuture::boxed(Box::pin(run(
             Arc::clone(&self.shared),

@@ -47,4 +47,14 @@ pub trait CacheStore: Send + Sync + 'static {
 
     /// Deletes the entry under `key`; `Ok(true)` when a live one was there.
     fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool>;
+
+    /// The live entry under `key` without I/O, when the store can answer at once (an
+    /// in-memory store): the layer then answers a fresh hit in `call`, with no future to
+    /// box and no clone of the service. `None` when there is no entry, or when the store
+    /// cannot answer without I/O (the default): the layer looks the key up through
+    /// [`get`](Self::get) as usual. It must answer what `get` would.
+    fn lookup_now(&self, key: &str) -> Option<CacheLookup> {
+        let _ = key;
+        None
+    }
 }

@@ -230,6 +230,30 @@ pub mod contract {
         put_replaces(&make()).await;
         zero_ttl_stores_nothing(&make()).await;
         remove_deletes(&make()).await;
+        lookup_now_agrees_with_get(&make()).await;
+    }
+
+    /// `lookup_now`, where the store answers it, answers what `get` does: the entry and
+    /// about its time left, a miss for a key never written, removed or expired.
+    pub async fn lookup_now_agrees_with_get<S: CacheStore + ?Sized>(s: &S) {
+        let k = key("now");
+        let r = response();
+        ok(s.put(&k, r.clone(), TTL).await, "put");
+        let got = ok(s.get(&k).await, "get").expect("a stored entry must be found");
+        if let Some(now) = s.lookup_now(&k) {
+            assert_eq!(now.response, got.response, "lookup_now and get disagree");
+            assert!(
+                now.ttl_left <= TTL && now.ttl_left > TTL / 2,
+                "ttl_left {:?} must be close to {TTL:?}",
+                now.ttl_left
+            );
+        }
+        assert!(s.lookup_now(&key("never")).is_none(), "a key never written");
+        ok(s.remove(&k).await, "remove");
+        assert!(s.lookup_now(&k).is_none(), "a removed key");
+        ok(s.put(&k, r, TTL).await, "put");
+        sleep(TTL + TTL / 2).await;
+        assert!(s.lookup_now(&k).is_none(), "an expired key");
     }
 
     /// What was put reads back unchanged, with time left at most the TTL.

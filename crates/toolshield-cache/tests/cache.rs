@@ -520,3 +520,89 @@ fn storage_keys_use_the_core_encoding() {
         format!("cache:{{weather}}:-:{d}")
     );
 }
+
+/// The in-memory store behind the async `get` only, as a store with I/O answers: the
+/// layer cannot answer a hit in `call` and takes its full path.
+struct AsyncOnly(toolshield_cache::InMemoryCacheStore);
+
+impl toolshield_cache::CacheStore for AsyncOnly {
+    fn get<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> toolshield_cache::StoreFuture<'a, Option<toolshield_cache::CacheLookup>> {
+        self.0.get(key)
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        response: ToolResponse,
+        ttl: Duration,
+    ) -> toolshield_cache::StoreFuture<'a, ()> {
+        self.0.put(key, response, ttl)
+    }
+
+    fn remove<'a>(&'a self, key: &'a str) -> toolshield_cache::StoreFuture<'a, bool> {
+        self.0.remove(key)
+    }
+}
+
+/// Fresh hit, stale entry served on a failure, error past the grace: what each call
+/// answers and what the counters say, for one store.
+async fn fresh_stale_and_expired(store: Arc<dyn toolshield_cache::CacheStore>) -> Vec<String> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
+        if n == 1 {
+            ok_n(n)
+        } else {
+            Err(ToolError::new(ErrorKind::ConnectionFailed, "refused"))
+        }
+    });
+    let cfg = CacheConfig::default()
+        .with_ttl(Duration::from_secs(10))
+        .with_stale_if_error(Duration::from_secs(60));
+    let layer = CacheLayer::with_store(cfg, store).expect("valid config");
+    let mut seen = Vec::new();
+    for step in [0, 5, 20, 60] {
+        advance(Duration::from_secs(step)).await;
+        seen.push(match call(&svc, &layer, weather()).await {
+            Ok(r) => format!(
+                "n={} hit={} stale={}",
+                n_of(&r),
+                r.provenance.cache_hit,
+                r.provenance.stale
+            ),
+            Err(e) => format!("error {}", e.code()),
+        });
+    }
+    let c = layer.handle().counts();
+    seen.push(format!(
+        "calls={} hits={} misses={} stale={}",
+        calls.load(Ordering::SeqCst),
+        c.hits,
+        c.misses,
+        c.stale
+    ));
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_answering_at_once_and_one_answering_through_a_future_serve_the_same() {
+    let at_once =
+        fresh_stale_and_expired(Arc::new(toolshield_cache::InMemoryCacheStore::new())).await;
+    let through_get = fresh_stale_and_expired(Arc::new(AsyncOnly(
+        toolshield_cache::InMemoryCacheStore::new(),
+    )))
+    .await;
+    assert_eq!(at_once, through_get);
+    assert_eq!(
+        at_once,
+        [
+            "n=1 hit=false stale=false",
+            "n=1 hit=true stale=false",
+            "n=1 hit=true stale=true",
+            "error CONNECTION_FAILED",
+            "calls=3 hits=1 misses=3 stale=1",
+        ]
+    );
+}
