@@ -18,6 +18,15 @@ fn ok_n(n: usize) -> Result<ToolResponse, ToolError> {
     Ok(ToolResponse::new(json!({ "n": n })))
 }
 
+/// The first execution answers, every later one is refused.
+fn ok_once_then_refused(n: usize) -> Result<ToolResponse, ToolError> {
+    if n == 1 {
+        ok_n(n)
+    } else {
+        Err(ToolError::new(ErrorKind::ConnectionFailed, "refused"))
+    }
+}
+
 fn weather() -> ToolRequest {
     ToolRequest::new("weather", json!({"city": "Paris", "units": "metric"}))
         .kind(CallKind::ReadOnly)
@@ -182,13 +191,7 @@ async fn errors_are_never_cached() {
 #[tokio::test(start_paused = true)]
 async fn stale_if_error_within_the_grace_then_not_after() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = counting_tool(&calls, Duration::ZERO, |n| {
-        if n == 1 {
-            ok_n(n)
-        } else {
-            Err(ToolError::new(ErrorKind::ConnectionFailed, "refused"))
-        }
-    });
+    let svc = counting_tool(&calls, Duration::ZERO, ok_once_then_refused);
     let (layer, handle) = layer(Duration::from_secs(10), Duration::from_secs(60));
     let fresh = call(&svc, &layer, weather()).await.expect("miss");
     // Still fresh: a plain hit, not stale.
@@ -551,13 +554,7 @@ impl toolshield_cache::CacheStore for AsyncOnly {
 /// answers and what the counters say, for one store.
 async fn fresh_stale_and_expired(store: Arc<dyn toolshield_cache::CacheStore>) -> Vec<String> {
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = counting_tool(&calls, Duration::ZERO, |n| {
-        if n == 1 {
-            ok_n(n)
-        } else {
-            Err(ToolError::new(ErrorKind::ConnectionFailed, "refused"))
-        }
-    });
+    let svc = counting_tool(&calls, Duration::ZERO, ok_once_then_refused);
     let cfg = CacheConfig::default()
         .with_ttl(Duration::from_secs(10))
         .with_stale_if_error(Duration::from_secs(60));
