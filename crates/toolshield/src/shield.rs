@@ -687,6 +687,26 @@ impl Shield {
     where
         S: ToolService,
     {
+        self.stack_for(tool, service, fallback, BreakerKey::Tool)
+    }
+
+    /// The stack of `wrap_with_fallback`; `key` says whether its calls all have the
+    /// breaker key `tool` (a tool's own stack, whose breaker is pinned when built) or one
+    /// per tool behind it (an MCP-style server's stack: nothing to pin).
+    fn stack_for<S>(
+        &self,
+        tool: &str,
+        service: S,
+        fallback: Option<FallbackLayer>,
+        key: BreakerKey,
+    ) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
+           + Clone
+           + Send
+           + Sync
+           + 'static
+    where
+        S: ToolService,
+    {
         let flow = self.flow(tool);
         if let Some(exporter) = read(&self.kept.exporter).as_ref() {
             if let Some(chain) = &fallback {
@@ -705,6 +725,7 @@ impl Shield {
             tool_stack(
                 p,
                 &tool,
+                key,
                 &provenance,
                 fallback.clone(),
                 &flow,
@@ -748,10 +769,20 @@ impl Shield {
     }
 }
 
+/// Which breaker keys the calls through a stack have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BreakerKey {
+    /// The stack's own tool name, for every call: its breaker is pinned.
+    Tool,
+    /// The full name of each tool behind an MCP-style server (`server__tool`).
+    PerCall,
+}
+
 /// One tool's stack from one generation of policies, in the default order.
 fn tool_stack<S: ToolService>(
     p: &Policies,
     tool: &str,
+    key: BreakerKey,
     provenance: &ProvenanceLayer,
     fallback: Option<FallbackLayer>,
     flow: &Flow,
@@ -769,7 +800,8 @@ fn tool_stack<S: ToolService>(
     }
     let l = p.layers(tool).clone();
     let metrics = tool_metrics(p, tool);
-    let attempt = attempt_stack(&l, tool, &metrics, flow, service);
+    let pin = (key == BreakerKey::Tool).then_some(tool);
+    let attempt = attempt_stack(&l, pin, &metrics, flow, service);
     let retried = ServiceBuilder::new()
         // Boxed once per call: the layers above move a pointer instead of the retry
         // future (which holds a clone of the attempt stack and of the request); measured
@@ -843,7 +875,7 @@ where
 /// allocation for its clone in each call and one for each attempt's future.
 fn attempt_stack<S: ToolService>(
     l: &ToolLayers,
-    tool: &str,
+    pin: Option<&str>,
     metrics: &MetricsLayer,
     flow: &Flow,
     service: S,
@@ -855,13 +887,13 @@ fn attempt_stack<S: ToolService>(
         + Sync
         + 'static,
 > {
-    // A caught panic is INTERNAL, which the breaker counts (it is never retried). The
-    // stack is the tool's own: its breaker is resolved here, once, not on every call.
-    let breaker = l
-        .breaker
-        .clone()
-        .classifier(CountPanics::new())
-        .pin_key(tool);
+    // A caught panic is INTERNAL, which the breaker counts (it is never retried). A
+    // tool's own stack resolves its breaker here, once, not on every call.
+    let breaker = l.breaker.clone().classifier(CountPanics::new());
+    let breaker = match pin {
+        Some(key) => breaker.pin_key(key),
+        None => breaker,
+    };
     if flow.hedge.is_none()
         && flow.rate_limit.is_none()
         && flow.bulkhead.is_none()
@@ -965,7 +997,7 @@ impl RouterBuilder {
         S: ToolService,
     {
         if self.accept("tools", tool) {
-            let svc = self.shielded(tool, service, None);
+            let svc = self.shielded(tool, service, None, BreakerKey::Tool);
             self.tools.insert(Arc::from(tool), svc);
         }
         self
@@ -1000,13 +1032,14 @@ impl RouterBuilder {
         name: &str,
         service: S,
         fallback: Option<FallbackLayer>,
+        key: BreakerKey,
     ) -> BoxTool {
         // No panic leaves a route: the shield catches the tool's innermost, this catches
         // the rest (a fallback tier, an unshielded or pass-through service).
         let catch = catch_panic();
         match (&self.shield, fallback) {
             (Some(shield), fallback) => {
-                BoxTool::new(catch.layer(shield.wrap_with_fallback(name, service, fallback)))
+                BoxTool::new(catch.layer(shield.stack_for(name, service, fallback, key)))
             }
             (None, Some(fallback)) => BoxTool::new(catch.layer(fallback.layer(service))),
             (None, None) => BoxTool::new(catch.layer(service)),
@@ -1019,7 +1052,7 @@ impl RouterBuilder {
         S: ToolService,
     {
         if self.accept("tools", tool) {
-            let svc = self.shielded(tool, service, Some(fallback));
+            let svc = self.shielded(tool, service, Some(fallback), BreakerKey::Tool);
             self.tools.insert(Arc::from(tool), svc);
         }
         self
@@ -1040,7 +1073,7 @@ impl RouterBuilder {
         }
         // The stack is built with the server's section: every tool behind it gets the
         // server's policy by construction.
-        let svc = self.shielded(server, service, None);
+        let svc = self.shielded(server, service, None, BreakerKey::PerCall);
         self.servers.insert(Arc::from(server), svc);
         self
     }

@@ -73,3 +73,26 @@ async fn a_server_route_does_not_route_a_name_no_route_could_register() {
         .expect_err("not routed");
     assert_eq!(err.kind(), ErrorKind::NotFound);
 }
+
+#[tokio::test]
+async fn a_server_route_keeps_a_breaker_per_tool_and_none_under_the_server_name() {
+    let shield = Shield::from_config(ShieldConfig::default()).expect("shield");
+    let router = shield
+        .router()
+        .tool("quote", echo())
+        .server("github", echo())
+        .build()
+        .expect("valid");
+    let registry = shield.breaker_for("quote");
+    // A tool's own route has its breaker from the time it is built.
+    assert!(registry.status("quote").is_some());
+    router
+        .oneshot(ToolRequest::new("github__search", json!({})))
+        .await
+        .expect("routed");
+    assert!(registry.status("github__search").is_some());
+    assert!(
+        registry.status("github").is_none(),
+        "no call is keyed by the server's own name"
+    );
+}
