@@ -57,4 +57,13 @@ pub trait CacheStore: Send + Sync + 'static {
         let _ = key;
         None
     }
+
+    /// Whether [`lookup_now`](Self::lookup_now) answers for every key, a miss included
+    /// (an in-memory store): its `None` then means there is no live entry, and the layer
+    /// does not ask [`get`](Self::get) again on a miss. `false` by default: a store that
+    /// answers some keys at once (a near cache in front of a remote one) is still asked
+    /// through `get` when `lookup_now` finds nothing.
+    fn answers_now(&self) -> bool {
+        false
+    }
 }

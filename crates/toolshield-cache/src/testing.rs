@@ -248,6 +248,13 @@ pub mod contract {
                 now.ttl_left
             );
         }
+        if s.answers_now() {
+            // Its `None` is a miss: an entry `get` finds must be found at once too.
+            assert!(
+                s.lookup_now(&k).is_some(),
+                "a store that answers every key at once must find a stored entry"
+            );
+        }
         assert!(s.lookup_now(&key("never")).is_none(), "a key never written");
         ok(s.remove(&k).await, "remove");
         assert!(s.lookup_now(&k).is_none(), "a removed key");

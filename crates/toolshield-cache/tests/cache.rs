@@ -603,3 +603,141 @@ async fn a_store_answering_at_once_and_one_answering_through_a_future_serve_the_
         ]
     );
 }
+
+/// The in-memory store, counting the looks made through `get`, and saying (or not) that
+/// its `lookup_now` answers for every key.
+struct CountingGets {
+    inner: toolshield_cache::InMemoryCacheStore,
+    gets: Arc<AtomicUsize>,
+    answers_now: bool,
+}
+
+impl toolshield_cache::CacheStore for CountingGets {
+    fn get<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> toolshield_cache::StoreFuture<'a, Option<toolshield_cache::CacheLookup>> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(key)
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        response: ToolResponse,
+        ttl: Duration,
+    ) -> toolshield_cache::StoreFuture<'a, ()> {
+        self.inner.put(key, response, ttl)
+    }
+
+    fn remove<'a>(&'a self, key: &'a str) -> toolshield_cache::StoreFuture<'a, bool> {
+        self.inner.remove(key)
+    }
+
+    fn lookup_now(&self, key: &str) -> Option<toolshield_cache::CacheLookup> {
+        self.inner.lookup_now(key)
+    }
+
+    fn answers_now(&self) -> bool {
+        self.answers_now
+    }
+}
+
+/// A miss, a fresh hit, a stale entry served on a failure and an error past the grace,
+/// through a store whose `lookup_now` answers (or not) for every key: the answers, and
+/// how many times the layer asked `get`.
+async fn looks_through_get(answers_now: bool) -> (Vec<String>, usize) {
+    let gets = Arc::new(AtomicUsize::new(0));
+    let store = CountingGets {
+        inner: toolshield_cache::InMemoryCacheStore::new(),
+        gets: Arc::clone(&gets),
+        answers_now,
+    };
+    let seen = fresh_stale_and_expired(Arc::new(store)).await;
+    (seen, gets.load(Ordering::SeqCst))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_every_key_at_once_is_not_asked_again_on_a_miss() {
+    let (at_once, gets_at_once) = looks_through_get(true).await;
+    let (partial, gets_partial) = looks_through_get(false).await;
+    // The same answers either way.
+    assert_eq!(at_once, partial);
+    assert_eq!(at_once[4], "calls=3 hits=1 misses=3 stale=1");
+    // Steps: a miss (tool runs), a fresh hit (answered in `call`), a stale entry found at
+    // once (tool fails, the entry is served), an expired entry (a miss again). A store
+    // that answers every key is never asked through `get`; one that does not is asked
+    // on each of the two misses (a stale entry it found at once is its answer).
+    assert_eq!(
+        gets_at_once, 0,
+        "no second look when lookup_now answers every key"
+    );
+    assert_eq!(
+        gets_partial, 2,
+        "a miss from lookup_now alone is looked up through get"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_dropped_leader_a_follower_looks_the_key_up_again() {
+    // The first look was answered at once (a miss); the follower whose leader went away
+    // must look again through the store, not reuse that first answer, and finds the
+    // entry another caller stored meanwhile.
+    let gets = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(CountingGets {
+        inner: toolshield_cache::InMemoryCacheStore::new(),
+        gets: Arc::clone(&gets),
+        answers_now: true,
+    });
+    let layer = CacheLayer::with_store(
+        CacheConfig::default().with_ttl(Duration::from_secs(60)),
+        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
+    )
+    .expect("valid config");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let slow = counting_tool(&calls, Duration::from_secs(10), ok_n);
+    let mut leader = Box::pin(layer.layer(slow.clone()).oneshot(weather()));
+    tokio::select! {
+        _ = &mut leader => panic!("the first call runs until it is dropped"),
+        _ = sleep(Duration::from_millis(10)) => {}
+    }
+    let follower = tokio::spawn(layer.layer(slow.clone()).oneshot(weather()));
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        gets.load(Ordering::SeqCst),
+        0,
+        "both first looks were answered at once"
+    );
+    // Someone else stores the entry, then the leader goes away.
+    let key = toolshield_cache::storage_key(
+        "weather",
+        None,
+        &weather().payload_digest().expect("digest"),
+    );
+    toolshield_cache::CacheStore::put(
+        &*store,
+        &key,
+        ToolResponse::new(json!({"n": "stored"})),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("put");
+    drop(leader);
+    let got = follower.await.expect("join").expect("an answer");
+    assert_eq!(
+        n_of(&got),
+        json!("stored"),
+        "the follower found the stored entry"
+    );
+    assert!(got.provenance.cache_hit);
+    assert_eq!(
+        gets.load(Ordering::SeqCst),
+        1,
+        "the follower looked again through get"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "only the dropped leader ran the tool"
+    );
+}
