@@ -73,3 +73,45 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     static MEASURING: Mutex<()> = Mutex::new(());
     MEASURING.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Heap allocations (and reallocations) made by `calls` successful calls through `svc`,
+/// the least of three runs ([`least_of`]): the requests are made by `request` outside the
+/// measured region, and each call is polled (with a no-op waker) until it is ready.
+///
+/// # Panics
+///
+/// If a call fails or `svc` is not ready, or (see [`measure`]) if the counting allocator
+/// is not the binary's global allocator.
+pub fn allocations_of_calls<S>(
+    svc: &mut S,
+    calls: usize,
+    mut request: impl FnMut() -> toolshield_core::ToolRequest,
+) -> usize
+where
+    S: tower::Service<toolshield_core::ToolRequest, Error = toolshield_core::ToolError>,
+{
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let mut cx = Context::from_waker(Waker::noop());
+    least_of(3, || {
+        let requests: Vec<_> = (0..calls).map(|_| request()).collect();
+        let (ok, stats) = measure(|| {
+            let mut ok = 0;
+            for req in requests {
+                assert!(svc.poll_ready(&mut cx).is_ready(), "the service is ready");
+                let mut fut = std::pin::pin!(svc.call(req));
+                loop {
+                    match fut.as_mut().poll(&mut cx) {
+                        Poll::Ready(Ok(_)) => break ok += 1,
+                        Poll::Ready(Err(e)) => panic!("expected a success, got {e:?}"),
+                        Poll::Pending => {}
+                    }
+                }
+            }
+            ok
+        });
+        assert_eq!(ok, calls, "every call succeeds");
+        stats.allocations + stats.reallocations
+    })
+}

@@ -84,3 +84,60 @@ impl Service<ToolRequest> for FailOnPayload {
         })
     }
 }
+
+/// A tool that is always ready and answers `true` on the second poll of its future: the
+/// first poll wakes the task and returns `Pending`, as a tool waiting on I/O does. A layer
+/// that does work only once its inner future is pending (arms a timer, registers a
+/// waiter) does it for this tool and not for [`BareTool`]. Like `BareTool`, it allocates
+/// nothing.
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::task::{Context, Poll, Waker};
+/// use serde_json::json;
+/// use toolshield_core::ToolRequest;
+/// use tower::Service;
+/// use toolshield_test::PendingOnceTool;
+///
+/// let mut tool = PendingOnceTool;
+/// let mut fut = pin!(tool.call(ToolRequest::new("t", json!(null))));
+/// let mut cx = Context::from_waker(Waker::noop());
+/// assert!(fut.as_mut().poll(&mut cx).is_pending());
+/// assert!(matches!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(_))));
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PendingOnceTool;
+
+/// The future of [`PendingOnceTool`].
+#[derive(Debug)]
+pub struct PendingOnce {
+    polled: bool,
+}
+
+impl std::future::Future for PendingOnce {
+    type Output = Result<ToolResponse, ToolError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.polled {
+            return Poll::Ready(Ok(ToolResponse::new(Value::Bool(true))));
+        }
+        self.polled = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl Service<ToolRequest> for PendingOnceTool {
+    type Response = ToolResponse;
+    type Error = ToolError;
+    type Future = PendingOnce;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: ToolRequest) -> Self::Future {
+        PendingOnce { polled: false }
+    }
+}

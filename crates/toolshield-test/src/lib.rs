@@ -10,7 +10,7 @@ mod counting;
 mod logs;
 mod script;
 
-pub use bare::{BareTool, FailOnPayload};
+pub use bare::{BareTool, FailOnPayload, PendingOnce, PendingOnceTool};
 pub use call::{block_on, call, call_blocking, call_now};
 pub use config::problem_fields;
 pub use counting::{counting_tool, CountingTool};
