@@ -524,32 +524,6 @@ fn storage_keys_use_the_core_encoding() {
     );
 }
 
-/// The in-memory store behind the async `get` only, as a store with I/O answers: the
-/// layer cannot answer a hit in `call` and takes its full path.
-struct AsyncOnly(toolshield_cache::InMemoryCacheStore);
-
-impl toolshield_cache::CacheStore for AsyncOnly {
-    fn get<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> toolshield_cache::StoreFuture<'a, Option<toolshield_cache::CacheLookup>> {
-        self.0.get(key)
-    }
-
-    fn put<'a>(
-        &'a self,
-        key: &'a str,
-        response: ToolResponse,
-        ttl: Duration,
-    ) -> toolshield_cache::StoreFuture<'a, ()> {
-        self.0.put(key, response, ttl)
-    }
-
-    fn remove<'a>(&'a self, key: &'a str) -> toolshield_cache::StoreFuture<'a, bool> {
-        self.0.remove(key)
-    }
-}
-
 /// Fresh hit, stale entry served on a failure, error past the grace: what each call
 /// answers and what the counters say, for one store.
 async fn fresh_stale_and_expired(store: Arc<dyn toolshield_cache::CacheStore>) -> Vec<String> {
@@ -587,10 +561,7 @@ async fn fresh_stale_and_expired(store: Arc<dyn toolshield_cache::CacheStore>) -
 async fn a_store_answering_at_once_and_one_answering_through_a_future_serve_the_same() {
     let at_once =
         fresh_stale_and_expired(Arc::new(toolshield_cache::InMemoryCacheStore::new())).await;
-    let through_get = fresh_stale_and_expired(Arc::new(AsyncOnly(
-        toolshield_cache::InMemoryCacheStore::new(),
-    )))
-    .await;
+    let through_get = fresh_stale_and_expired(Arc::new(TestStore::new(Answers::ThroughGet))).await;
     assert_eq!(at_once, through_get);
     assert_eq!(
         at_once,
@@ -604,15 +575,36 @@ async fn a_store_answering_at_once_and_one_answering_through_a_future_serve_the_
     );
 }
 
-/// The in-memory store, counting the looks made through `get`, and saying (or not) that
-/// its `lookup_now` answers for every key.
-struct CountingGets {
-    inner: toolshield_cache::InMemoryCacheStore,
-    gets: Arc<AtomicUsize>,
-    answers_now: bool,
+/// What a [`TestStore`] answers without I/O.
+#[derive(Clone, Copy)]
+enum Answers {
+    /// Nothing: every look goes through `get`, as a store with I/O answers.
+    ThroughGet,
+    /// What the in-memory store holds (`lookup_now`), a miss being left to `get`.
+    FoundAtOnce,
+    /// Every key at once (`answers_now`), a miss included.
+    EveryKeyAtOnce,
 }
 
-impl toolshield_cache::CacheStore for CountingGets {
+/// The in-memory store, counting the looks made through `get`, answering without I/O
+/// as told.
+struct TestStore {
+    inner: toolshield_cache::InMemoryCacheStore,
+    gets: Arc<AtomicUsize>,
+    answers: Answers,
+}
+
+impl TestStore {
+    fn new(answers: Answers) -> Self {
+        TestStore {
+            inner: toolshield_cache::InMemoryCacheStore::new(),
+            gets: Arc::new(AtomicUsize::new(0)),
+            answers,
+        }
+    }
+}
+
+impl toolshield_cache::CacheStore for TestStore {
     fn get<'a>(
         &'a self,
         key: &'a str,
@@ -635,32 +627,31 @@ impl toolshield_cache::CacheStore for CountingGets {
     }
 
     fn lookup_now(&self, key: &str) -> Option<toolshield_cache::CacheLookup> {
-        self.inner.lookup_now(key)
+        match self.answers {
+            Answers::ThroughGet => None,
+            Answers::FoundAtOnce | Answers::EveryKeyAtOnce => self.inner.lookup_now(key),
+        }
     }
 
     fn answers_now(&self) -> bool {
-        self.answers_now
+        matches!(self.answers, Answers::EveryKeyAtOnce)
     }
 }
 
 /// A miss, a fresh hit, a stale entry served on a failure and an error past the grace,
 /// through a store whose `lookup_now` answers (or not) for every key: the answers, and
 /// how many times the layer asked `get`.
-async fn looks_through_get(answers_now: bool) -> (Vec<String>, usize) {
-    let gets = Arc::new(AtomicUsize::new(0));
-    let store = CountingGets {
-        inner: toolshield_cache::InMemoryCacheStore::new(),
-        gets: Arc::clone(&gets),
-        answers_now,
-    };
+async fn looks_through_get(answers: Answers) -> (Vec<String>, usize) {
+    let store = TestStore::new(answers);
+    let gets = Arc::clone(&store.gets);
     let seen = fresh_stale_and_expired(Arc::new(store)).await;
     (seen, gets.load(Ordering::SeqCst))
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_store_that_answers_every_key_at_once_is_not_asked_again_on_a_miss() {
-    let (at_once, gets_at_once) = looks_through_get(true).await;
-    let (partial, gets_partial) = looks_through_get(false).await;
+    let (at_once, gets_at_once) = looks_through_get(Answers::EveryKeyAtOnce).await;
+    let (partial, gets_partial) = looks_through_get(Answers::FoundAtOnce).await;
     // The same answers either way.
     assert_eq!(at_once, partial);
     assert_eq!(at_once[4], "calls=3 hits=1 misses=3 stale=1");
@@ -683,12 +674,8 @@ async fn after_a_dropped_leader_a_follower_looks_the_key_up_again() {
     // The first look was answered at once (a miss); the follower whose leader went away
     // must look again through the store, not reuse that first answer, and finds the
     // entry another caller stored meanwhile.
-    let gets = Arc::new(AtomicUsize::new(0));
-    let store = Arc::new(CountingGets {
-        inner: toolshield_cache::InMemoryCacheStore::new(),
-        gets: Arc::clone(&gets),
-        answers_now: true,
-    });
+    let store = Arc::new(TestStore::new(Answers::EveryKeyAtOnce));
+    let gets = Arc::clone(&store.gets);
     let layer = CacheLayer::with_store(
         CacheConfig::default().with_ttl(Duration::from_secs(60)),
         Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
