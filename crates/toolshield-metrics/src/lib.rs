@@ -46,8 +46,8 @@ pub use future::{AttemptFuture, ResponseFuture};
 pub use layer::{AttemptMetricsLayer, MetricsConfig, MetricsLayer, MAX_TOOLS};
 pub use names::Status;
 pub use prometheus::{
-    install_prometheus, local_prometheus, Collect, PrometheusExporter, DURATION_BUCKETS,
-    PROMETHEUS_CONTENT_TYPE, UPKEEP_INTERVAL,
+    install_prometheus, local_prometheus, Collect, PrometheusExporter, DRAIN_EVERY,
+    DURATION_BUCKETS, PROMETHEUS_CONTENT_TYPE, UPKEEP_INTERVAL,
 };
 pub use service::{AttemptMetrics, Metrics};
 pub use target::MetricsTarget;

@@ -2,11 +2,17 @@
 //! exposition, drain histogram samples periodically, and refresh collectors before each
 //! render.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use metrics::Recorder;
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics::{
+    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SetRecorderError,
+    SharedString, Unit,
+};
+use metrics_exporter_prometheus::{
+    BuildError, Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::names::TOOL_DURATION_SECONDS;
@@ -25,8 +31,74 @@ pub const DURATION_BUCKETS: [f64; 17] = [
 
 /// How often the upkeep task an exporter starts by itself drains histogram samples into
 /// their buckets. The recorder buffers every sample until then (about 16 bytes each), so
-/// the memory held between two drains is bounded by the call rate times this.
+/// the memory held between two drains is bounded by the call rate times this, and in any
+/// case by [`DRAIN_EVERY`] samples per histogram: a recorder an exporter builds drains
+/// itself that often, for callers whose runtime never gets to run the task.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How many samples one histogram takes before a sample drains the recorder itself,
+/// whether or not the upkeep task ran: a caller that never yields to its runtime (a
+/// `block_on` per call, a loop of calls that complete at once) or records outside any
+/// tokio runtime still holds at most about this many buffered samples per histogram
+/// (about 1 MiB at 16 bytes each).
+pub const DRAIN_EVERY: u64 = 1 << 16;
+
+/// The recorder an exporter builds: the Prometheus recorder, whose histogram handles
+/// drain it every [`DRAIN_EVERY`] samples.
+struct Draining {
+    inner: PrometheusRecorder,
+    handle: PrometheusHandle,
+}
+
+impl Recorder for Draining {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_counter(key, unit, description);
+    }
+
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_gauge(key, unit, description);
+    }
+
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_histogram(key, unit, description);
+    }
+
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        self.inner.register_counter(key, metadata)
+    }
+
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        self.inner.register_gauge(key, metadata)
+    }
+
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(Arc::new(DrainingHistogram {
+            inner: self.inner.register_histogram(key, metadata),
+            recorded: AtomicU64::new(0),
+            handle: self.handle.clone(),
+        }))
+    }
+}
+
+/// A histogram handle that drains its recorder every [`DRAIN_EVERY`] samples.
+struct DrainingHistogram {
+    inner: Histogram,
+    recorded: AtomicU64,
+    handle: PrometheusHandle,
+}
+
+impl HistogramFn for DrainingHistogram {
+    fn record(&self, value: f64) {
+        self.inner.record(value);
+        // A load and a store, not a read-modify-write: two threads recording at once may
+        // count one sample between them, which only puts the drain off a little.
+        let n = self.recorded.load(Ordering::Relaxed).wrapping_add(1);
+        self.recorded.store(n, Ordering::Relaxed);
+        if n.is_multiple_of(DRAIN_EVERY) {
+            self.handle.run_upkeep();
+        }
+    }
+}
 
 /// Something that refreshes gauges or counters just before a render (the breaker
 /// states, for instance).
@@ -54,7 +126,11 @@ impl<F: Fn() + Send + Sync> Collect for F {
 /// An exporter drains its recorder's histogram samples by itself: created (or first
 /// used) inside a tokio runtime, it starts a task running
 /// [`run_upkeep`](Self::run_upkeep) every [`UPKEEP_INTERVAL`], so memory stays bounded
-/// whether `/metrics` is scraped or not. The task stops once nothing can record into
+/// whether `/metrics` is scraped or not. The recorders [`install_prometheus`] and
+/// [`local_prometheus`] build also drain every [`DRAIN_EVERY`] samples of a histogram,
+/// so the bound holds where the task cannot run (no tokio runtime, or a caller that never
+/// yields to it); a recorder passed to [`from_parts`](Self::from_parts) relies on the
+/// task alone. The task stops once nothing can record into
 /// the recorder any more: for a local recorder ([`local_prometheus`]), when the exporter
 /// and every layer built with its target are dropped; for the global one, when every
 /// clone of the exporter is dropped.
@@ -116,7 +192,13 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 /// the exporter's own upkeep task (see [`PrometheusExporter`]), started here when called
 /// inside a tokio runtime, otherwise the first time the exporter is used inside one.
 pub fn install_prometheus() -> Result<PrometheusExporter, BuildError> {
-    let handle = builder()?.install_recorder()?;
+    let recorder = builder()?.build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(Draining {
+        inner: recorder,
+        handle: handle.clone(),
+    })
+    .map_err(|e| BuildError::from(SetRecorderError(e.into_inner().inner)))?;
     Ok(PrometheusExporter::from_parts(
         handle,
         MetricsTarget::Global,
@@ -133,6 +215,10 @@ pub fn local_prometheus() -> PrometheusExporter {
         Err(_) => PrometheusBuilder::new().build_recorder(),
     };
     let handle = recorder.handle();
+    let recorder = Draining {
+        inner: recorder,
+        handle: handle.clone(),
+    };
     PrometheusExporter::from_parts(handle, MetricsTarget::recorder(Arc::new(recorder)))
 }
 

@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
-use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer, UPKEEP_INTERVAL};
-use toolshield_test::alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_metrics::{
+    local_prometheus, MetricsConfig, MetricsLayer, DRAIN_EVERY, UPKEEP_INTERVAL,
+};
+use toolshield_test::alloc::{one_at_a_time, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::call_now;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 #[global_allocator]
@@ -26,6 +29,8 @@ fn held() -> i64 {
 
 #[test]
 fn recorder_memory_stays_bounded_without_scrapes() {
+    // The allocator counts every thread: the tests of this file measure one at a time.
+    let _one_at_a_time = one_at_a_time();
     const PER_SECOND: u64 = 10_000;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -80,4 +85,47 @@ fn recorder_memory_stays_bounded_without_scrapes() {
             Some(calls as f64)
         );
     });
+}
+
+#[test]
+fn recorder_memory_stays_bounded_when_the_upkeep_task_never_runs() {
+    // Calls polled by hand, outside any runtime: no upkeep task starts, and none could
+    // run (a caller that never yields, a `block_on` per call on calls that complete at
+    // once). Histogram samples are drained every DRAIN_EVERY of them all the same.
+    let _one_at_a_time = one_at_a_time();
+    let exporter = local_prometheus();
+    let layer =
+        MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target()).unwrap();
+    let tool = service_fn(|_req: ToolRequest| {
+        std::future::ready(Ok::<_, ToolError>(ToolResponse::new(Value::Bool(true))))
+    });
+    let mut svc = layer.layer(tool);
+    let req = ToolRequest::new("weather", Value::Null);
+    let mut run = |calls: u64| {
+        for _ in 0..calls {
+            call_now(&mut svc, req.clone()).unwrap();
+        }
+    };
+    // Warm up, then measure at the same point of the drain period.
+    run(2 * DRAIN_EVERY);
+    let before = held();
+    run(6 * DRAIN_EVERY);
+    let growth = held() - before;
+    assert!(!exporter.upkeep_running(), "no runtime, no upkeep task");
+    // Without the drain, 6 x 65,536 samples of 16 bytes and more: over 6 MB.
+    assert!(
+        growth < 512 * 1024,
+        "{growth} bytes more held after {} more calls",
+        6 * DRAIN_EVERY
+    );
+    let text = exporter.render();
+    let exp = support::parse(&text).unwrap();
+    assert_eq!(
+        exp.value(
+            "tool_duration_seconds_count",
+            &[("tool", "weather"), ("status", "success")]
+        ),
+        Some((8 * DRAIN_EVERY) as f64),
+        "nothing drained was lost"
+    );
 }
