@@ -13,7 +13,6 @@ use crate::flight::Join;
 use crate::future::ResponseFuture;
 use crate::handle::Shared;
 use crate::layer::CacheLayer;
-use crate::store::CacheLookup;
 
 /// Marks a request whose result belongs to its caller: its cache key is namespaced by
 /// the caller id whatever the tool's configuration (`req.extension(PerUser)`).
@@ -90,21 +89,12 @@ impl StorePath<ToolRequest> for CacheLayer {
         // A fresh hit in a store that answers without I/O is answered here: no future to
         // box, no clone of the service. A stale entry, a miss and a store with I/O take
         // the full path.
-        let now = self.shared.store.lookup_now(&key);
-        match now {
-            Some(found) if found.ttl_left > policy.stale_if_error => {
+        if let Some(found) = self.shared.store.lookup_now(&key) {
+            if found.ttl_left > policy.stale_if_error {
                 self.shared.counters.hits.bump();
                 return ResponseFuture::ready(Ok(hit(found.response)));
             }
-            _ => {}
         }
-        // What the store answered at once is its answer (a stale entry, or a miss from a
-        // store that answers every key now): the full path does not look the key up again.
-        let first = match now {
-            Some(stale) => FirstLook::Stale(Box::new(stale)),
-            None if self.shared.store.answers_now() => FirstLook::Miss,
-            None => FirstLook::Ask,
-        };
         let svc = take_ready(inner);
         ResponseFuture::boxed(Box::pin(run(
             Arc::clone(&self.shared),
@@ -112,7 +102,6 @@ impl StorePath<ToolRequest> for CacheLayer {
             req,
             key,
             policy,
-            first,
         )))
     }
 }
@@ -128,24 +117,12 @@ fn hit(mut resp: ToolResponse) -> ToolResponse {
     resp
 }
 
-/// What `call` learned from the store without I/O, for the full path's first look.
-enum FirstLook {
-    /// No live entry, from a store that answers every key at once.
-    Miss,
-    /// An entry past its TTL, within the grace (boxed: rare, and the state machine of
-    /// every miss holds this value).
-    Stale(Box<CacheLookup>),
-    /// Nothing certain: ask the store through `get`.
-    Ask,
-}
-
 async fn run<S>(
     shared: Arc<Shared>,
     svc: S,
     req: ToolRequest,
     key: String,
     policy: CacheConfig,
-    mut first: FirstLook,
 ) -> Result<ToolResponse, ToolError>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
@@ -154,15 +131,24 @@ where
     let counters = &shared.counters;
     let grace = policy.stale_if_error;
     let mut call = Some((svc, req));
+    let mut first = true;
     loop {
         let mut stale: Option<ToolResponse> = None;
-        // The first look may have been answered in `call`; a look after a leader gave up
-        // always asks the store.
-        let looked = match std::mem::replace(&mut first, FirstLook::Ask) {
-            FirstLook::Miss => Ok(None),
-            FirstLook::Stale(found) => Ok(Some(*found)),
-            FirstLook::Ask => shared.store.get(&key).await,
+        // The first look is made when the future is first polled (an entry stored since
+        // `call` is found): at once where the store can answer, with no boxed future; a
+        // store whose `lookup_now` answers every key is not asked through `get` on a miss.
+        // A look after a leader gave up always asks the store.
+        let at_once = if first {
+            shared.store.lookup_now(&key)
+        } else {
+            None
         };
+        let looked = match at_once {
+            Some(found) => Ok(Some(found)),
+            None if first && shared.store.answers_now() => Ok(None),
+            None => shared.store.get(&key).await,
+        };
+        first = false;
         match looked {
             Ok(Some(found)) if found.ttl_left > grace => {
                 counters.hits.bump();

@@ -728,3 +728,35 @@ async fn after_a_dropped_leader_a_follower_looks_the_key_up_again() {
         "only the dropped leader ran the tool"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_entry_stored_between_call_and_the_first_poll_is_found() {
+    // `call` found nothing at once; the entry is stored before the future is polled. The
+    // full path looks again when first polled and answers the entry: the tool never runs.
+    let store = Arc::new(TestStore::new(Answers::EveryKeyAtOnce));
+    let layer = CacheLayer::with_store(
+        CacheConfig::default().with_ttl(Duration::from_secs(60)),
+        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
+    )
+    .expect("valid config");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = layer.layer(counting_tool(&calls, Duration::ZERO, ok_n));
+    let pending = tower::Service::call(svc.ready().await.expect("ready"), weather());
+    let key = toolshield_cache::storage_key(
+        "weather",
+        None,
+        &weather().payload_digest().expect("digest"),
+    );
+    toolshield_cache::CacheStore::put(
+        &*store,
+        &key,
+        ToolResponse::new(json!({"n": "stored"})),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("put");
+    let got = pending.await.expect("an answer");
+    assert_eq!(n_of(&got), json!("stored"));
+    assert!(got.provenance.cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the tool did not run");
+}
