@@ -8,13 +8,14 @@ use std::alloc::System;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolshield_core::{ToolError, ToolRequest, ToolResponse};
+use toolshield_core::ToolRequest;
 use toolshield_metrics::{
-    local_prometheus, MetricsConfig, MetricsLayer, DRAIN_EVERY, UPKEEP_INTERVAL,
+    local_prometheus, Metrics, MetricsConfig, MetricsLayer, PrometheusExporter, DRAIN_EVERY,
+    UPKEEP_INTERVAL,
 };
 use toolshield_test::alloc::{one_at_a_time, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_test::call_now;
-use tower::{service_fn, Layer, Service, ServiceExt};
+use toolshield_test::{call_now, BareTool};
+use tower::{Layer, Service, ServiceExt};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -25,6 +26,13 @@ fn held() -> i64 {
     let grown = i64::try_from(s.bytes_allocated).unwrap_or(i64::MAX)
         - i64::try_from(s.bytes_deallocated).unwrap_or(i64::MAX);
     grown + i64::try_from(s.bytes_reallocated).unwrap_or(0)
+}
+
+/// The metrics layer of tool `weather`, recording into `exporter`, around the bare tool.
+fn metered(exporter: &PrometheusExporter) -> Metrics<BareTool> {
+    MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target())
+        .unwrap()
+        .layer(BareTool)
 }
 
 #[test]
@@ -39,12 +47,7 @@ fn recorder_memory_stays_bounded_without_scrapes() {
         .unwrap();
     rt.block_on(async {
         let exporter = local_prometheus();
-        let layer =
-            MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target()).unwrap();
-        let tool = service_fn(|_req: ToolRequest| {
-            std::future::ready(Ok::<_, ToolError>(ToolResponse::new(Value::Bool(true))))
-        });
-        let mut svc = layer.layer(tool);
+        let mut svc = metered(&exporter);
         let req = ToolRequest::new("weather", Value::Null);
 
         let mut calls = 0u64;
@@ -75,13 +78,8 @@ fn recorder_memory_stays_bounded_without_scrapes() {
         assert!(exporter.upkeep_running());
 
         // Nothing drained was lost.
-        let text = exporter.render();
-        let exp = support::parse(&text).unwrap();
         assert_eq!(
-            exp.value(
-                "tool_duration_seconds_count",
-                &[("tool", "weather"), ("status", "success")]
-            ),
+            support::successes(&exporter.render(), "weather"),
             Some(calls as f64)
         );
     });
@@ -94,12 +92,7 @@ fn recorder_memory_stays_bounded_when_the_upkeep_task_never_runs() {
     // once). Histogram samples are drained every DRAIN_EVERY of them all the same.
     let _one_at_a_time = one_at_a_time();
     let exporter = local_prometheus();
-    let layer =
-        MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target()).unwrap();
-    let tool = service_fn(|_req: ToolRequest| {
-        std::future::ready(Ok::<_, ToolError>(ToolResponse::new(Value::Bool(true))))
-    });
-    let mut svc = layer.layer(tool);
+    let mut svc = metered(&exporter);
     let req = ToolRequest::new("weather", Value::Null);
     let mut run = |calls: u64| {
         for _ in 0..calls {
@@ -118,13 +111,8 @@ fn recorder_memory_stays_bounded_when_the_upkeep_task_never_runs() {
         "{growth} bytes more held after {} more calls",
         6 * DRAIN_EVERY
     );
-    let text = exporter.render();
-    let exp = support::parse(&text).unwrap();
     assert_eq!(
-        exp.value(
-            "tool_duration_seconds_count",
-            &[("tool", "weather"), ("status", "success")]
-        ),
+        support::successes(&exporter.render(), "weather"),
         Some((8 * DRAIN_EVERY) as f64),
         "nothing drained was lost"
     );

@@ -210,3 +210,12 @@ fn check_histograms(exp: &Exposition) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The successful calls of `tool` an exposition counts (`tool_duration_seconds_count`
+/// with `status="success"`); `None` when `text` does not parse or has no such series.
+pub fn successes(text: &str, tool: &str) -> Option<f64> {
+    parse(text).ok()?.value(
+        "tool_duration_seconds_count",
+        &[("tool", tool), ("status", "success")],
+    )
+}
