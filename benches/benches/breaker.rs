@@ -180,8 +180,9 @@ where
     })
 }
 
+/// Each thread builds its own request (the same key in its own allocation): the threads
+/// then share the breaker and nothing else, as tasks with their own requests do.
 fn hot_key_threads(c: &mut Criterion) {
-    let req = LiteRequest::default();
     let mut g = c.benchmark_group("breaker_hot_key_threads");
     let registry = BreakerRegistry::default();
     let rec = std::sync::Arc::new(recloser_new());
@@ -191,7 +192,7 @@ fn hot_key_threads(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, || {
                     let mut svc = BreakerLayer::new(registry.clone()).layer(BareTool);
-                    let req = req.clone();
+                    let req = LiteRequest::default();
                     move || call(&mut svc, &req)
                 })
             })
@@ -199,7 +200,7 @@ fn hot_key_threads(c: &mut Criterion) {
         g.bench_function(format!("recloser/{threads}"), |b| {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, || {
-                    let (rec, req, mut inner) = (rec.clone(), req.clone(), BareTool);
+                    let (rec, req, mut inner) = (rec.clone(), LiteRequest::default(), BareTool);
                     move || {
                         let r = rec.call(|| block_on(inner.call(req.clone())));
                         assert!(r.is_ok());
@@ -210,7 +211,7 @@ fn hot_key_threads(c: &mut Criterion) {
         g.bench_function(format!("failsafe/{threads}"), |b| {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, || {
-                    let (fs, req, mut inner) = (fs.clone(), req.clone(), BareTool);
+                    let (fs, req, mut inner) = (fs.clone(), LiteRequest::default(), BareTool);
                     move || {
                         let r = failsafe::CircuitBreaker::call(&fs, || {
                             block_on(inner.call(req.clone()))

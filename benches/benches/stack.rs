@@ -4,18 +4,26 @@
 //!
 //! Every entry builds one fresh `ToolRequest` per call with a distinct ~200-byte payload,
 //! so the cache misses and the payload digest is computed each time, as on a real miss.
-//! Two more entries run the pipelines without a cache: the same stack for a read-only
-//! tool without one, and tower-resilience's time limiter + retry + circuit breaker.
+//! Three more entries run the pipelines without a cache: the same stack for a read-only
+//! tool without one, toolshield's retry + breaker + attempt timeout alone (composed with
+//! `ServiceBuilder`), and tower-resilience's time limiter + retry + circuit breaker.
 
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
 
+use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use serde_json::Value;
+use tokio::runtime::Runtime;
 use toolshield::prelude::*;
 use toolshield_benches::{payload_200b, BareTool};
+use toolshield_breaker::{BreakerLayer, BreakerRegistry};
+use toolshield_retry::{RetryConfig, RetryLayer};
+use toolshield_timeout::TimeoutLayer;
 use tower::{Service, ServiceExt};
 
 #[path = "common/peer.rs"]
@@ -49,6 +57,33 @@ where
     assert!(res.is_ok(), "{res:?}");
 }
 
+/// One entry of the group: `svc` cloned for each call (as a task does), then called with
+/// a fresh request for `tool`.
+fn entry<S>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    name: &str,
+    svc: &S,
+    tool: &str,
+    counter: &AtomicU64,
+    base: &Value,
+) where
+    S: Service<ToolRequest, Response = ToolResponse> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    group.bench_function(name, |b| {
+        b.to_async(rt).iter(|| {
+            let mut svc = svc.clone();
+            let req = next_request(tool, counter, base);
+            async move { call(&mut svc, req).await }
+        })
+    });
+}
+
+fn new_shield() -> Shield {
+    Shield::from_config(ShieldConfig::from_toml_str(CONFIG).expect("config")).expect("shield")
+}
+
 fn stack(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -59,56 +94,117 @@ fn stack(c: &mut Criterion) {
     let counter = AtomicU64::new(0);
     let mut group = c.benchmark_group("full_stack_cache_miss_success");
 
-    group.bench_function("bare", |b| {
-        b.to_async(&rt).iter(|| {
-            let req = next_request("weather", &counter, &base);
-            async move { call(&mut BareTool, req).await }
-        })
-    });
+    entry(
+        &mut group, &rt, "bare", &BareTool, "weather", &counter, &base,
+    );
 
     let exporter = toolshield::metrics::local_prometheus();
-    let shield = Shield::from_config(ShieldConfig::from_toml_str(CONFIG).expect("config"))
-        .expect("shield")
-        .with_metrics(&exporter)
-        .expect("metrics");
+    let shield = new_shield().with_metrics(&exporter).expect("metrics");
     let shielded = shield.wrap("weather", BareTool);
-    group.bench_function("toolshield_default_stack", |b| {
-        b.to_async(&rt).iter(|| {
-            let mut svc = shielded.clone();
-            let req = next_request("weather", &counter, &base);
-            async move { call(&mut svc, req).await }
-        })
-    });
+    entry(
+        &mut group,
+        &rt,
+        "toolshield_default_stack",
+        &shielded,
+        "weather",
+        &counter,
+        &base,
+    );
 
     // The same stack for a read-only tool without a cache: what the budget's comparison
     // with Polly's standard pipeline (which has no cache) measures.
     let uncached = shield.wrap("quote", BareTool);
-    group.bench_function("toolshield_default_stack_no_cache", |b| {
-        b.to_async(&rt).iter(|| {
-            let mut svc = uncached.clone();
-            let req = next_request("quote", &counter, &base);
-            async move { call(&mut svc, req).await }
-        })
-    });
+    entry(
+        &mut group,
+        &rt,
+        "toolshield_default_stack_no_cache",
+        &uncached,
+        "quote",
+        &counter,
+        &base,
+    );
+
+    // Where the default stack's time goes past the pipeline: the same stack without an
+    // exporter (the metrics layer records into no recorder), and without the response
+    // digest as well.
+    let quiet = new_shield().wrap("quote", BareTool);
+    entry(
+        &mut group,
+        &rt,
+        "toolshield_default_stack_no_cache_no_exporter",
+        &quiet,
+        "quote",
+        &counter,
+        &base,
+    );
+    let undigested = new_shield()
+        .with_provenance(toolshield::provenance::ProvenanceLayer::new().digest(false))
+        .wrap("quote", BareTool);
+    entry(
+        &mut group,
+        &rt,
+        "toolshield_default_stack_no_cache_no_exporter_no_digest",
+        &undigested,
+        "quote",
+        &counter,
+        &base,
+    );
+
+    // The same three layers as the peer's pipeline (retry around breaker around the
+    // attempt timeout), composed with `ServiceBuilder` from toolshield's crates: no
+    // metrics, tracing, provenance, cancel or cache; what separates the default stack's
+    // pipeline from the features the peer does not have.
+    let pipeline = tower::ServiceBuilder::new()
+        .layer(RetryLayer::from_config(&RetryConfig::default()).expect("retry"))
+        .layer(BreakerLayer::new(BreakerRegistry::default()))
+        .layer(TimeoutLayer::new(Duration::from_secs(30)))
+        .service(BareTool);
+    entry(
+        &mut group,
+        &rt,
+        "toolshield_pipeline_no_cache",
+        &pipeline,
+        "quote",
+        &counter,
+        &base,
+    );
 
     // tower-resilience, cached and not: time limiter + retry + breaker (+ cache).
     let peer = peer::stack();
-    group.bench_function("tower_resilience_stack", |b| {
-        b.to_async(&rt).iter(|| {
-            let mut svc = peer.clone();
-            let req = next_request("weather", &counter, &base);
-            async move { call(&mut svc, req).await }
-        })
-    });
+    entry(
+        &mut group,
+        &rt,
+        "tower_resilience_stack",
+        &peer,
+        "weather",
+        &counter,
+        &base,
+    );
     let peer_pipeline = peer::pipeline();
-    group.bench_function("tower_resilience_no_cache", |b| {
-        b.to_async(&rt).iter(|| {
-            let mut svc = peer_pipeline.clone();
-            let req = next_request("quote", &counter, &base);
-            async move { call(&mut svc, req).await }
-        })
-    });
+    entry(
+        &mut group,
+        &rt,
+        "tower_resilience_no_cache",
+        &peer_pipeline,
+        "quote",
+        &counter,
+        &base,
+    );
     group.finish();
+
+    // What each entry pays once per call before calling: a clone of the service, and its
+    // drop.
+    let mut clones = c.benchmark_group("stack_clone_and_drop");
+    clones.bench_function("toolshield_default_stack_no_cache", |b| {
+        b.iter(|| drop(black_box(uncached.clone())))
+    });
+    clones.bench_function("toolshield_pipeline_no_cache", |b| {
+        b.iter(|| drop(black_box(pipeline.clone())))
+    });
+    clones.bench_function("tower_resilience_no_cache", |b| {
+        b.iter(|| drop(black_box(peer_pipeline.clone())))
+    });
+    clones.finish();
 }
 
 criterion_group!(benches, stack);

@@ -136,6 +136,7 @@ impl PartialEq for ToolResponse {
 }
 
 impl ShieldResponse for ToolResponse {
+    #[inline]
     fn call_duration(&self) -> Option<Duration> {
         self.provenance.duration
     }
@@ -155,6 +156,7 @@ impl ShieldResponse for ToolResponse {
         })))
     }
 
+    #[inline]
     fn in_band_failure(&self) -> Option<InBandFailure> {
         self.is_error().then_some(InBandFailure {
             kind: ErrorKind::ExecutionFailed,
@@ -167,26 +169,32 @@ impl ShieldResponse for ToolResponse {
         self.extensions.insert(slow);
     }
 
+    #[inline]
     fn slow_call(&self) -> Option<SlowCall> {
         self.extensions.get::<SlowCall>().copied()
     }
 
+    #[inline]
     fn set_attempts(&mut self, attempts: u32) {
         self.provenance.attempts = attempts;
     }
 
+    #[inline]
     fn attempts(&self) -> Option<u32> {
         Some(self.provenance.attempts)
     }
 
+    #[inline]
     fn is_slow(&self) -> bool {
         self.provenance.slow || self.slow_call().is_some()
     }
 
+    #[inline]
     fn cache_hit(&self) -> bool {
         self.provenance.cache_hit
     }
 
+    #[inline]
     fn unrecorded(&self) -> bool {
         self.provenance.unrecorded
     }
@@ -195,6 +203,7 @@ impl ShieldResponse for ToolResponse {
         self.provenance.tier = Some(Arc::clone(tier));
     }
 
+    #[inline]
     fn replayed(&self) -> bool {
         self.provenance.replayed
     }
