@@ -57,27 +57,29 @@ where
     assert!(res.is_ok(), "{res:?}");
 }
 
-/// One entry of the group: `svc` cloned for each call (as a task does), then called with
-/// a fresh request for `tool`.
-fn entry<S>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    rt: &Runtime,
-    name: &str,
-    svc: &S,
-    tool: &str,
-    counter: &AtomicU64,
-    base: &Value,
-) where
-    S: Service<ToolRequest, Response = ToolResponse> + Clone,
-    S::Error: std::fmt::Debug,
-{
-    group.bench_function(name, |b| {
-        b.to_async(rt).iter(|| {
-            let mut svc = svc.clone();
-            let req = next_request(tool, counter, base);
-            async move { call(&mut svc, req).await }
-        })
-    });
+/// What every entry of the group shares: the runtime and the source of fresh requests.
+struct Calls {
+    rt: Runtime,
+    counter: AtomicU64,
+    base: Value,
+}
+
+impl Calls {
+    /// One entry: `svc` cloned for each call (as a task does), then called with a fresh
+    /// request for `tool`.
+    fn entry<S>(&self, group: &mut BenchmarkGroup<'_, WallTime>, name: &str, svc: &S, tool: &str)
+    where
+        S: Service<ToolRequest, Response = ToolResponse> + Clone,
+        S::Error: std::fmt::Debug,
+    {
+        group.bench_function(name, |b| {
+            b.to_async(&self.rt).iter(|| {
+                let mut svc = svc.clone();
+                let req = next_request(tool, &self.counter, &self.base);
+                async move { call(&mut svc, req).await }
+            })
+        });
+    }
 }
 
 fn new_shield() -> Shield {
@@ -85,69 +87,52 @@ fn new_shield() -> Shield {
 }
 
 fn stack(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    let _guard = rt.enter();
-    let base = payload_200b();
-    let counter = AtomicU64::new(0);
+    let calls = Calls {
+        rt: tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime"),
+        counter: AtomicU64::new(0),
+        base: payload_200b(),
+    };
+    let _guard = calls.rt.enter();
     let mut group = c.benchmark_group("full_stack_cache_miss_success");
 
-    entry(
-        &mut group, &rt, "bare", &BareTool, "weather", &counter, &base,
-    );
+    calls.entry(&mut group, "bare", &BareTool, "weather");
 
     let exporter = toolshield::metrics::local_prometheus();
     let shield = new_shield().with_metrics(&exporter).expect("metrics");
     let shielded = shield.wrap("weather", BareTool);
-    entry(
-        &mut group,
-        &rt,
-        "toolshield_default_stack",
-        &shielded,
-        "weather",
-        &counter,
-        &base,
-    );
+    calls.entry(&mut group, "toolshield_default_stack", &shielded, "weather");
 
     // The same stack for a read-only tool without a cache: what the budget's comparison
     // with Polly's standard pipeline (which has no cache) measures.
     let uncached = shield.wrap("quote", BareTool);
-    entry(
+    calls.entry(
         &mut group,
-        &rt,
         "toolshield_default_stack_no_cache",
         &uncached,
         "quote",
-        &counter,
-        &base,
     );
 
     // Where the default stack's time goes past the pipeline: the same stack without an
     // exporter (the metrics layer records into no recorder), and without the response
     // digest as well.
     let quiet = new_shield().wrap("quote", BareTool);
-    entry(
+    calls.entry(
         &mut group,
-        &rt,
         "toolshield_default_stack_no_cache_no_exporter",
         &quiet,
         "quote",
-        &counter,
-        &base,
     );
     let undigested = new_shield()
         .with_provenance(toolshield::provenance::ProvenanceLayer::new().digest(false))
         .wrap("quote", BareTool);
-    entry(
+    calls.entry(
         &mut group,
-        &rt,
         "toolshield_default_stack_no_cache_no_exporter_no_digest",
         &undigested,
         "quote",
-        &counter,
-        &base,
     );
 
     // The same three layers as the peer's pipeline (retry around breaker around the
@@ -159,36 +144,22 @@ fn stack(c: &mut Criterion) {
         .layer(BreakerLayer::new(BreakerRegistry::default()))
         .layer(TimeoutLayer::new(Duration::from_secs(30)))
         .service(BareTool);
-    entry(
+    calls.entry(
         &mut group,
-        &rt,
         "toolshield_pipeline_no_cache",
         &pipeline,
         "quote",
-        &counter,
-        &base,
     );
 
     // tower-resilience, cached and not: time limiter + retry + breaker (+ cache).
     let peer = peer::stack();
-    entry(
-        &mut group,
-        &rt,
-        "tower_resilience_stack",
-        &peer,
-        "weather",
-        &counter,
-        &base,
-    );
+    calls.entry(&mut group, "tower_resilience_stack", &peer, "weather");
     let peer_pipeline = peer::pipeline();
-    entry(
+    calls.entry(
         &mut group,
-        &rt,
         "tower_resilience_no_cache",
         &peer_pipeline,
         "quote",
-        &counter,
-        &base,
     );
     group.finish();
 
