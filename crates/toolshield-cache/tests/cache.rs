@@ -641,6 +641,23 @@ impl toolshield_cache::CacheStore for TestStore {
 /// A miss, a fresh hit, a stale entry served on a failure and an error past the grace,
 /// through a store whose `lookup_now` answers (or not) for every key: the answers, and
 /// how many times the layer asked `get`.
+/// Stores `{"n": "stored"}` as `weather()`'s entry in `store`, as another caller would.
+async fn store_weather(store: &dyn toolshield_cache::CacheStore) {
+    let key = toolshield_cache::storage_key(
+        "weather",
+        None,
+        &weather().payload_digest().expect("digest"),
+    );
+    store
+        .put(
+            &key,
+            ToolResponse::new(json!({"n": "stored"})),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("put");
+}
+
 async fn looks_through_get(answers: Answers) -> (Vec<String>, usize) {
     let store = TestStore::new(answers);
     let gets = Arc::clone(&store.gets);
@@ -696,19 +713,7 @@ async fn after_a_dropped_leader_a_follower_looks_the_key_up_again() {
         "both first looks were answered at once"
     );
     // Someone else stores the entry, then the leader goes away.
-    let key = toolshield_cache::storage_key(
-        "weather",
-        None,
-        &weather().payload_digest().expect("digest"),
-    );
-    toolshield_cache::CacheStore::put(
-        &*store,
-        &key,
-        ToolResponse::new(json!({"n": "stored"})),
-        Duration::from_secs(60),
-    )
-    .await
-    .expect("put");
+    store_weather(&*store).await;
     drop(leader);
     let got = follower.await.expect("join").expect("an answer");
     assert_eq!(
@@ -742,19 +747,7 @@ async fn an_entry_stored_between_call_and_the_first_poll_is_found() {
     let calls = Arc::new(AtomicUsize::new(0));
     let mut svc = layer.layer(counting_tool(&calls, Duration::ZERO, ok_n));
     let pending = tower::Service::call(svc.ready().await.expect("ready"), weather());
-    let key = toolshield_cache::storage_key(
-        "weather",
-        None,
-        &weather().payload_digest().expect("digest"),
-    );
-    toolshield_cache::CacheStore::put(
-        &*store,
-        &key,
-        ToolResponse::new(json!({"n": "stored"})),
-        Duration::from_secs(60),
-    )
-    .await
-    .expect("put");
+    store_weather(&*store).await;
     let got = pending.await.expect("an answer");
     assert_eq!(n_of(&got), json!("stored"));
     assert!(got.provenance.cache_hit);

@@ -50,6 +50,18 @@ struct Draining {
     handle: PrometheusHandle,
 }
 
+impl Draining {
+    /// Wraps `inner`, with the handle that drains it.
+    fn new(inner: PrometheusRecorder) -> (Self, PrometheusHandle) {
+        let handle = inner.handle();
+        let recorder = Draining {
+            inner,
+            handle: handle.clone(),
+        };
+        (recorder, handle)
+    }
+}
+
 impl Recorder for Draining {
     fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
         self.inner.describe_counter(key, unit, description);
@@ -192,13 +204,9 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 /// the exporter's own upkeep task (see [`PrometheusExporter`]), started here when called
 /// inside a tokio runtime, otherwise the first time the exporter is used inside one.
 pub fn install_prometheus() -> Result<PrometheusExporter, BuildError> {
-    let recorder = builder()?.build_recorder();
-    let handle = recorder.handle();
-    metrics::set_global_recorder(Draining {
-        inner: recorder,
-        handle: handle.clone(),
-    })
-    .map_err(|e| BuildError::from(SetRecorderError(e.into_inner().inner)))?;
+    let (recorder, handle) = Draining::new(builder()?.build_recorder());
+    metrics::set_global_recorder(recorder)
+        .map_err(|e| BuildError::from(SetRecorderError(e.into_inner().inner)))?;
     Ok(PrometheusExporter::from_parts(
         handle,
         MetricsTarget::Global,
@@ -214,11 +222,7 @@ pub fn local_prometheus() -> PrometheusExporter {
         // The buckets are constant and valid; fall back to summaries rather than panic.
         Err(_) => PrometheusBuilder::new().build_recorder(),
     };
-    let handle = recorder.handle();
-    let recorder = Draining {
-        inner: recorder,
-        handle: handle.clone(),
-    };
+    let (recorder, handle) = Draining::new(recorder);
     PrometheusExporter::from_parts(handle, MetricsTarget::recorder(Arc::new(recorder)))
 }
 

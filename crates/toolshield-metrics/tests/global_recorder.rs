@@ -7,9 +7,8 @@ mod support;
 
 use serde_json::Value;
 use toolshield_core::ToolRequest;
-use toolshield_metrics::{install_prometheus, MetricsConfig, MetricsLayer, DRAIN_EVERY};
-use toolshield_test::{call_now, BareTool};
-use tower::Layer;
+use toolshield_metrics::{install_prometheus, DRAIN_EVERY};
+use toolshield_test::call_now;
 
 #[test]
 fn the_global_recorder_is_installed_once_and_renders_what_layers_record() {
@@ -20,9 +19,7 @@ fn the_global_recorder_is_installed_once_and_renders_what_layers_record() {
         "a second install must fail, not replace the recorder"
     );
 
-    let layer =
-        MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target()).unwrap();
-    let mut svc = layer.layer(BareTool);
+    let mut svc = support::metered(&exporter);
     let req = ToolRequest::new("weather", Value::Null);
     let calls = DRAIN_EVERY + 10;
     for _ in 0..calls {

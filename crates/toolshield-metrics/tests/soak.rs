@@ -9,13 +9,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolshield_core::ToolRequest;
-use toolshield_metrics::{
-    local_prometheus, Metrics, MetricsConfig, MetricsLayer, PrometheusExporter, DRAIN_EVERY,
-    UPKEEP_INTERVAL,
-};
+use toolshield_metrics::{local_prometheus, DRAIN_EVERY, UPKEEP_INTERVAL};
 use toolshield_test::alloc::{one_at_a_time, StatsAlloc, INSTRUMENTED_SYSTEM};
-use toolshield_test::{call_now, BareTool};
-use tower::{Layer, Service, ServiceExt};
+use toolshield_test::call_now;
+use tower::{Service, ServiceExt};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -26,13 +23,6 @@ fn held() -> i64 {
     let grown = i64::try_from(s.bytes_allocated).unwrap_or(i64::MAX)
         - i64::try_from(s.bytes_deallocated).unwrap_or(i64::MAX);
     grown + i64::try_from(s.bytes_reallocated).unwrap_or(0)
-}
-
-/// The metrics layer of tool `weather`, recording into `exporter`, around the bare tool.
-fn metered(exporter: &PrometheusExporter) -> Metrics<BareTool> {
-    MetricsLayer::build(MetricsConfig::with_tools(["weather"]), exporter.target())
-        .unwrap()
-        .layer(BareTool)
 }
 
 #[test]
@@ -47,7 +37,7 @@ fn recorder_memory_stays_bounded_without_scrapes() {
         .unwrap();
     rt.block_on(async {
         let exporter = local_prometheus();
-        let mut svc = metered(&exporter);
+        let mut svc = support::metered(&exporter);
         let req = ToolRequest::new("weather", Value::Null);
 
         let mut calls = 0u64;
@@ -92,7 +82,7 @@ fn recorder_memory_stays_bounded_when_the_upkeep_task_never_runs() {
     // once). Histogram samples are drained every DRAIN_EVERY of them all the same.
     let _one_at_a_time = one_at_a_time();
     let exporter = local_prometheus();
-    let mut svc = metered(&exporter);
+    let mut svc = support::metered(&exporter);
     let req = ToolRequest::new("weather", Value::Null);
     let mut run = |calls: u64| {
         for _ in 0..calls {

@@ -90,8 +90,7 @@ pub fn allocations_of_calls<S>(
 where
     S: tower::Service<toolshield_core::ToolRequest, Error = toolshield_core::ToolError>,
 {
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
+    use std::task::{Context, Waker};
 
     let mut cx = Context::from_waker(Waker::noop());
     least_of(3, || {
@@ -100,13 +99,9 @@ where
             let mut ok = 0;
             for req in requests {
                 assert!(svc.poll_ready(&mut cx).is_ready(), "the service is ready");
-                let mut fut = std::pin::pin!(svc.call(req));
-                loop {
-                    match fut.as_mut().poll(&mut cx) {
-                        Poll::Ready(Ok(_)) => break ok += 1,
-                        Poll::Ready(Err(e)) => panic!("expected a success, got {e:?}"),
-                        Poll::Pending => {}
-                    }
+                match crate::block_on(svc.call(req)) {
+                    Ok(_) => ok += 1,
+                    Err(e) => panic!("expected a success, got {e:?}"),
                 }
             }
             ok

@@ -219,3 +219,16 @@ pub fn successes(text: &str, tool: &str) -> Option<f64> {
         &[("tool", tool), ("status", "success")],
     )
 }
+
+/// The metrics layer of tool `weather`, recording into `exporter`, around the bare tool.
+pub fn metered(
+    exporter: &toolshield_metrics::PrometheusExporter,
+) -> toolshield_metrics::Metrics<toolshield_test::BareTool> {
+    use tower::Layer;
+    toolshield_metrics::MetricsLayer::build(
+        toolshield_metrics::MetricsConfig::with_tools(["weather"]),
+        exporter.target(),
+    )
+    .unwrap()
+    .layer(toolshield_test::BareTool)
+}
