@@ -1,26 +1,31 @@
 //! Single-flight: concurrent misses on one key run the tool once.
 
+use std::hash::BuildHasher;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use hashbrown::HashTable;
 use tokio::sync::Notify;
-use toolshield_core::hash::FastHashMap;
+use toolshield_core::hash::FastState;
 use toolshield_core::{ErrorKind, ToolError, ToolResponse};
 
-/// One flight: the leader's result (set only when someone follows), whether the leader
-/// is done, and the followers' wake-up.
-#[derive(Default)]
+/// One flight: its key and the key's hash, the leader's result (set only when someone
+/// follows), whether the leader is done, and the followers' wake-up.
 struct Flight {
+    key: Box<str>,
+    hash: u64,
     result: OnceLock<Result<ToolResponse, ToolError>>,
     ended: AtomicBool,
     done: Notify,
 }
 
-/// The calls in flight, by cache key.
+/// The calls in flight, by cache key. The key is hashed once per miss: the leader ends
+/// its flight by that hash and by identity, without hashing or comparing the key again.
 #[derive(Default)]
 pub(crate) struct Flights {
-    map: Mutex<FastHashMap<Arc<str>, Arc<Flight>>>,
+    hasher: FastState,
+    map: Mutex<HashTable<Arc<Flight>>>,
 }
 
 /// The outcome of [`Flights::join`].
@@ -32,24 +37,29 @@ pub(crate) enum Join<'a> {
 }
 
 impl Flights {
-    fn lock(&self) -> MutexGuard<'_, FastHashMap<Arc<str>, Arc<Flight>>> {
+    fn lock(&self) -> MutexGuard<'_, HashTable<Arc<Flight>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Joins the flight for `key`, or starts one.
     pub(crate) fn join<'a>(&'a self, key: &str) -> Join<'a> {
+        let hash = self.hasher.hash_one(key);
         let mut map = self.lock();
-        if let Some(flight) = map.get(key) {
+        if let Some(flight) = map.find(hash, |f| *f.key == *key) {
             return Join::Follow(Follower {
                 flight: Arc::clone(flight),
             });
         }
-        let flight = Arc::new(Flight::default());
-        let key: Arc<str> = Arc::from(key);
-        map.insert(Arc::clone(&key), Arc::clone(&flight));
+        let flight = Arc::new(Flight {
+            key: Box::from(key),
+            hash,
+            result: OnceLock::new(),
+            ended: AtomicBool::new(false),
+            done: Notify::new(),
+        });
+        map.insert_unique(hash, Arc::clone(&flight), |f| f.hash);
         Join::Lead(Leader {
             flights: self,
-            key,
             flight: Some(flight),
         })
     }
@@ -86,7 +96,6 @@ impl Follower {
 /// followers wake and one of them leads a new flight.
 pub(crate) struct Leader<'a> {
     flights: &'a Flights,
-    key: Arc<str>,
     flight: Option<Arc<Flight>>,
 }
 
@@ -96,8 +105,8 @@ impl Leader<'_> {
     fn end(&mut self) -> Option<Arc<Flight>> {
         let flight = self.flight.take()?;
         let mut map = self.flights.lock();
-        if map.get(&self.key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
-            map.remove(&self.key);
+        if let Ok(found) = map.find_entry(flight.hash, |f| Arc::ptr_eq(f, &flight)) {
+            found.remove();
         }
         Some(flight)
     }
@@ -212,5 +221,24 @@ mod tests {
             panic!("the second caller follows");
         };
         assert!(leader.finish(&ok), "a follower: the result is handed over");
+    }
+
+    #[test]
+    fn a_leader_ends_only_its_own_flight() {
+        let flights = Flights::default();
+        let Join::Lead(first) = flights.join("cache:{a}:-:1") else {
+            panic!("the first key's caller leads");
+        };
+        let Join::Lead(second) = flights.join("cache:{a}:-:2") else {
+            panic!("another key has a flight of its own");
+        };
+        assert!(!first.finish(&Ok(ToolResponse::new(serde_json::json!(1)))));
+        assert_eq!(flights.len(), 1, "the other key's flight is still there");
+        assert!(
+            matches!(flights.join("cache:{a}:-:2"), Join::Follow(_)),
+            "a caller of the other key still follows its leader"
+        );
+        drop(second);
+        assert_eq!(flights.len(), 0);
     }
 }

@@ -1,5 +1,6 @@
 //! [`Cache`]: the service and its hit / miss / single-flight / stale-if-error paths.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use toolshield_core::keys;
@@ -13,6 +14,7 @@ use crate::flight::Join;
 use crate::future::ResponseFuture;
 use crate::handle::Shared;
 use crate::layer::CacheLayer;
+use crate::store::{CacheLookup, StoreError};
 
 /// Marks a request whose result belongs to its caller: its cache key is namespaced by
 /// the caller id whatever the tool's configuration (`req.extension(PerUser)`).
@@ -98,8 +100,7 @@ impl StorePath<ToolRequest> for CacheLayer {
         let svc = take_ready(inner);
         ResponseFuture::boxed(Box::pin(run(
             Arc::clone(&self.shared),
-            svc,
-            req,
+            Some((svc, req)),
             key,
             policy,
         )))
@@ -117,93 +118,132 @@ fn hit(mut resp: ToolResponse) -> ToolResponse {
     resp
 }
 
-async fn run<S>(
+/// The full path: a miss, a stale entry, or a store with I/O.
+///
+/// Written for a small future, as the layer boxes it on every miss: an async block (an
+/// async fn would copy its arguments into the body, keeping both), the call's service
+/// and request in one `Option` that nothing else copies, the service dropped before the
+/// tool's future is awaited, no value of a look kept past it, the answer stored from
+/// where it lies, and a stale entry, which few calls have, boxed.
+// An async fn here kept each argument twice (the argument and the body's binding).
+#[allow(clippy::manual_async_fn)]
+fn run<S>(
     shared: Arc<Shared>,
-    svc: S,
-    req: ToolRequest,
+    mut call: Option<(S, ToolRequest)>,
     key: String,
     policy: CacheConfig,
-) -> Result<ToolResponse, ToolError>
+) -> impl Future<Output = Result<ToolResponse, ToolError>>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
     S::Error: Into<ToolError>,
 {
-    let counters = &shared.counters;
-    let grace = policy.stale_if_error;
-    let mut call = Some((svc, req));
-    let mut first = true;
-    loop {
-        let mut stale: Option<ToolResponse> = None;
-        // The first look is made when the future is first polled (an entry stored since
-        // `call` is found): at once where the store can answer, with no boxed future; a
-        // store whose `lookup_now` answers every key is not asked through `get` on a miss.
-        // A look after a leader gave up always asks the store.
-        let at_once = if first {
-            shared.store.lookup_now(&key)
-        } else {
-            None
-        };
-        let looked = match at_once {
-            Some(found) => Ok(Some(found)),
-            None if first && shared.store.answers_now() => Ok(None),
-            None => shared.store.get(&key).await,
-        };
-        first = false;
-        match looked {
-            Ok(Some(found)) if found.ttl_left > grace => {
-                counters.hits.bump();
-                return Ok(hit(found.response));
-            }
-            Ok(Some(found)) => stale = Some(found.response),
-            Ok(None) => {}
-            Err(e) => {
-                counters.store_errors.bump();
-                tracing::warn!(error = %e, "cache store unavailable: calling the tool");
-            }
-        }
-        match shared.flights.join(&key) {
-            Join::Follow(follower) => match follower.wait().await {
-                Some(result) => {
-                    counters.coalesced.bump();
-                    return result.map(hit);
+    async move {
+        let mut first = true;
+        let (leader, stale) = loop {
+            let stale = match look(&shared, &key, first).await {
+                Ok(Some(found)) if found.ttl_left > policy.stale_if_error => {
+                    shared.counters.hits.bump();
+                    return Ok(hit(found.response));
                 }
-                // The leader was dropped or cancelled: look again, and lead if nobody
-                // else does.
-                None => continue,
-            },
-            Join::Lead(leader) => {
-                let Some((mut svc, req)) = call.take() else {
-                    return Err(ToolError::internal("cache called the tool twice"));
-                };
-                counters.misses.bump();
-                let result = svc.call(req).await.map_err(Into::into);
-                let result = match result {
-                    Ok(mut resp) => {
-                        if resp.provenance.fetched_at.is_none() {
-                            resp.provenance.fetched_at = Some(time::wall_clock(time::now()).into());
-                        }
-                        if !resp.is_error() {
-                            let ttl = policy.ttl.saturating_add(grace);
-                            if let Err(e) = shared.store.put(&key, resp.clone(), ttl).await {
-                                counters.store_errors.bump();
-                                tracing::warn!(error = %e, "cache store unavailable: result not cached");
-                            }
-                        }
-                        Ok(resp)
+                Ok(Some(found)) => Some(Box::new(found.response)),
+                Ok(None) => None,
+                Err(e) => {
+                    shared.counters.store_errors.bump();
+                    tracing::warn!(error = %e, "cache store unavailable: calling the tool");
+                    None
+                }
+            };
+            first = false;
+            match shared.flights.join(&key) {
+                Join::Lead(leader) => break (leader, stale),
+                Join::Follow(follower) => match follower.wait().await {
+                    Some(result) => {
+                        shared.counters.coalesced.bump();
+                        return result.map(hit);
                     }
-                    Err(e) => match stale {
-                        Some(mut old) if !grace.is_zero() && serves_stale(e.kind()) => {
-                            counters.stale.bump();
-                            tracing::warn!(code = e.code(), "serving a stale cache entry");
-                            old.provenance.stale = true;
-                            Ok(hit(old))
-                        }
-                        _ => Err(e),
-                    },
-                };
-                leader.finish(&result);
-                return result;
+                    // The leader was dropped or cancelled: look again, and lead if
+                    // nobody else does.
+                    None => continue,
+                },
+            }
+        };
+        let Some(called) = call.take().map(|(mut svc, req)| svc.call(req)) else {
+            return Err(ToolError::internal("cache called the tool twice"));
+        };
+        shared.counters.misses.bump();
+        let mut result = called.await.map_err(Into::into);
+        if let Ok(resp) = &mut result {
+            if resp.provenance.fetched_at.is_none() {
+                resp.provenance.fetched_at = Some(time::wall_clock(time::now()).into());
+            }
+            if !resp.is_error() {
+                let ttl = policy.ttl.saturating_add(policy.stale_if_error);
+                let put = shared.store.put(&key, resp.clone(), ttl);
+                if let Err(e) = put.await {
+                    shared.counters.store_errors.bump();
+                    tracing::warn!(error = %e, "cache store unavailable: result not cached");
+                }
             }
         }
+        if let (Err(e), Some(old)) = (&result, stale) {
+            if !policy.stale_if_error.is_zero() && serves_stale(e.kind()) {
+                shared.counters.stale.bump();
+                tracing::warn!(code = e.code(), "serving a stale cache entry");
+                let mut old = *old;
+                old.provenance.stale = true;
+                result = Ok(hit(old));
+            }
+        }
+        leader.finish(&result);
+        result
+    }
+}
+
+/// A look at the store: at once where it can answer, with no boxed future; a store whose
+/// `lookup_now` answers every key is not asked through `get` on a miss. The first look is
+/// made when the full path is first polled (an entry stored since `call` is found); a look
+/// after a leader gave up always asks the store.
+async fn look(shared: &Shared, key: &str, first: bool) -> Result<Option<CacheLookup>, StoreError> {
+    if first {
+        if let found @ Some(_) = shared.store.lookup_now(key) {
+            return Ok(found);
+        }
+        if shared.store.answers_now() {
+            return Ok(None);
+        }
+    }
+    shared.store.get(key).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::InMemoryCacheStore;
+    use tower::util::BoxCloneService;
+
+    /// The full path's future is boxed on every miss: it holds each value once (an async
+    /// fn's arguments kept beside their copies, a look's value kept past it, the tool's
+    /// answer kept twice across the store write made it 1,440 bytes for this service).
+    #[test]
+    fn the_full_path_future_stays_small() {
+        let shared = Arc::new(Shared {
+            store: Arc::new(InMemoryCacheStore::new()),
+            flights: Default::default(),
+            counters: Default::default(),
+        });
+        let svc: BoxCloneService<ToolRequest, ToolResponse, ToolError> =
+            BoxCloneService::new(tower::service_fn(|_req: ToolRequest| async {
+                Ok::<_, ToolError>(ToolResponse::new(serde_json::json!(1)))
+            }));
+        let req = ToolRequest::new("weather", serde_json::json!({}));
+        let fut = run(
+            shared,
+            Some((svc, req)),
+            "k".to_owned(),
+            CacheConfig::default(),
+        );
+        let size = std::mem::size_of_val(&fut);
+        eprintln!("full path future: {size} bytes");
+        assert!(size <= 640, "the full path's future is {size} bytes");
     }
 }

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
+use hashbrown::HashTable;
 use tokio::time::Instant;
 use toolshield_contract::config::{deadline_after, ConfigError};
-use toolshield_contract::hash::{FastHashMap, FastState};
+use toolshield_contract::hash::FastState;
 use toolshield_contract::time;
 
 use crate::bounds::MemoryBounds;
@@ -61,6 +62,9 @@ pub enum Write<V> {
 
 struct Entry<V> {
     key: Arc<str>,
+    /// The key's hash: the index finds the entry's slot by it, so evicting an entry does
+    /// not read (or hash) its key again.
+    hash: u64,
     value: V,
     /// Live until then; checked against tokio's clock, so paused-clock tests see entries
     /// expire.
@@ -74,7 +78,9 @@ struct Entry<V> {
 
 /// A part of the map with its own lock and its own share of both bounds.
 struct Shard<V> {
-    index: FastHashMap<Arc<str>, usize>,
+    /// The slot of every entry, by the key's hash (computed once per operation, by the
+    /// map; the shard is chosen by other bits of the same hash).
+    index: HashTable<usize>,
     /// The clock: entries in insertion slots, `None` for a free slot.
     slots: Vec<Option<Entry<V>>>,
     free: Vec<usize>,
@@ -87,7 +93,7 @@ struct Shard<V> {
 impl<V> Shard<V> {
     fn new(max_entries: usize, max_bytes: u64) -> Self {
         Shard {
-            index: FastHashMap::default(),
+            index: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
             hand: 0,
@@ -97,21 +103,37 @@ impl<V> Shard<V> {
         }
     }
 
-    fn entry(&self, key: &str) -> Option<&Entry<V>> {
-        let pos = *self.index.get(key)?;
+    /// The slot of `key`, whose hash is `hash`.
+    fn find(&self, hash: u64, key: &str) -> Option<usize> {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&pos| {
+                slots
+                    .get(pos)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|e| *e.key == *key)
+            })
+            .copied()
+    }
+
+    fn entry(&self, hash: u64, key: &str) -> Option<&Entry<V>> {
+        let pos = self.find(hash, key)?;
         self.slots.get(pos)?.as_ref()
     }
 
     fn remove_at(&mut self, pos: usize) -> Option<Entry<V>> {
         let entry = self.slots.get_mut(pos)?.take()?;
-        self.index.remove(&entry.key);
+        // Found by its hash and its slot: the key is not compared.
+        if let Ok(found) = self.index.find_entry(entry.hash, |&p| p == pos) {
+            found.remove();
+        }
         self.bytes -= entry.weight;
         self.free.push(pos);
         Some(entry)
     }
 
-    fn remove(&mut self, key: &str) -> Option<Entry<V>> {
-        let pos = *self.index.get(key)?;
+    fn remove(&mut self, hash: u64, key: &str) -> Option<Entry<V>> {
+        let pos = self.find(hash, key)?;
         self.remove_at(pos)
     }
 
@@ -143,6 +165,7 @@ impl<V> Shard<V> {
     fn put(
         &mut self,
         key: &str,
+        hash: u64,
         at: Option<usize>,
         value: V,
         weight: u64,
@@ -184,7 +207,8 @@ impl<V> Shard<V> {
         };
         let deadline = deadline_after(now, ttl);
         let entry = Entry {
-            key: Arc::clone(&key),
+            key,
+            hash,
             value,
             deadline,
             keep_until: deadline_after(deadline, linger),
@@ -202,7 +226,10 @@ impl<V> Shard<V> {
                 self.slots.len() - 1
             }
         };
-        self.index.insert(key, pos);
+        let slots = &self.slots;
+        self.index.insert_unique(hash, pos, |&p| {
+            slots.get(p).and_then(Option::as_ref).map_or(0, |e| e.hash)
+        });
         true
     }
 
@@ -327,9 +354,16 @@ impl<V> TtlMap<V> {
         self.max_weight
     }
 
-    fn shard(&self, key: &str) -> &RwLock<Shard<V>> {
-        // `shards.len()` is a power of two.
-        let h = self.hasher.hash_one(key) as usize;
+    /// The hash of `key`, computed once per operation: it picks the shard (by bits the
+    /// shard's index does not use for its buckets) and finds the slot.
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn shard(&self, hash: u64) -> &RwLock<Shard<V>> {
+        // `shards.len()` is a power of two, at most 16: bits 32 to 35. The index takes
+        // its buckets from the low bits and its tags from the top seven.
+        let h = (hash >> 32) as usize;
         &self.shards[h & (self.shards.len() - 1)]
     }
 
@@ -345,10 +379,11 @@ impl<V> TtlMap<V> {
     /// `None` when there is none. Marks the entry read (CLOCK).
     pub fn get<R>(&self, key: &str, f: impl FnOnce(&V, Duration) -> R) -> Option<R> {
         let now = time::now();
-        let shard = self.shard(key);
+        let hash = self.hash(key);
+        let shard = self.shard(hash);
         let stale = {
             let guard = Self::read(shard);
-            let entry = guard.entry(key)?;
+            let entry = guard.entry(hash, key)?;
             if now < entry.deadline {
                 entry.referenced.store(true, Ordering::Relaxed);
                 return Some(f(&entry.value, entry.deadline - now));
@@ -358,8 +393,8 @@ impl<V> TtlMap<V> {
         if stale {
             // Expired for good: free it now rather than when the hand comes round.
             let mut guard = Self::write(shard);
-            if guard.entry(key).is_some_and(|e| now >= e.keep_until) {
-                guard.remove(key);
+            if guard.entry(hash, key).is_some_and(|e| now >= e.keep_until) {
+                guard.remove(hash, key);
             }
         }
         None
@@ -369,9 +404,19 @@ impl<V> TtlMap<V> {
     /// when it is heavier than [`max_weight`](Self::max_weight) (the old entry is removed
     /// all the same). A zero `ttl` stores an entry that is never live.
     pub fn insert(&self, key: &str, value: V, weight: u64, ttl: Duration) -> bool {
-        let mut guard = Self::write(self.shard(key));
-        let at = guard.index.get(key).copied();
-        guard.put(key, at, value, weight, ttl, Duration::ZERO, time::now())
+        let hash = self.hash(key);
+        let mut guard = Self::write(self.shard(hash));
+        let at = guard.find(hash, key);
+        guard.put(
+            key,
+            hash,
+            at,
+            value,
+            weight,
+            ttl,
+            Duration::ZERO,
+            time::now(),
+        )
     }
 
     /// Reads and writes the entry of `key` atomically (under the shard's write lock): `f`
@@ -390,9 +435,10 @@ impl<V> TtlMap<V> {
         now: Instant,
         f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R),
     ) -> R {
-        let mut guard = Self::write(self.shard(key));
+        let hash = self.hash(key);
+        let mut guard = Self::write(self.shard(hash));
         // One lookup of the key: the slot serves the write too.
-        let at = guard.index.get(key).copied();
+        let at = guard.find(hash, key);
         let found = at
             .and_then(|pos| guard.slots.get(pos))
             .and_then(Option::as_ref)
@@ -425,7 +471,7 @@ impl<V> TtlMap<V> {
                 },
                 at,
             ) => {
-                guard.put(key, at, value, weight, ttl, linger, now);
+                guard.put(key, hash, at, value, weight, ttl, linger, now);
             }
         }
         out
@@ -434,8 +480,9 @@ impl<V> TtlMap<V> {
     /// Deletes the entry under `key`; `true` when a live one was there.
     pub fn remove(&self, key: &str) -> bool {
         let now = time::now();
-        Self::write(self.shard(key))
-            .remove(key)
+        let hash = self.hash(key);
+        Self::write(self.shard(hash))
+            .remove(hash, key)
             .is_some_and(|e| now < e.deadline)
     }
 

@@ -83,3 +83,116 @@ async fn an_entry_read_every_turn_survives_a_flood() {
         map.insert(&format!("cold-{i}"), i, 10, MIN);
     }
 }
+
+mod model {
+    //! The map against a model, for any sequence of writes and reads: with room for every
+    //! key it answers what a plain map would; with little room it may forget a key but
+    //! never answers an older value than the last one written, and both bounds hold.
+
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use toolshield_store::{MemoryBounds, TtlMap, Write};
+
+    const TTL: Duration = Duration::from_secs(600);
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u8, u32),
+        Put(u8, u32),
+        Remove(u8),
+        UpdateRemove(u8),
+        Get(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // Keys of several lengths, so that short and long keys share the shards.
+        let key = 0u8..48;
+        prop_oneof![
+            (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Put(k, v)),
+            key.clone().prop_map(Op::Remove),
+            key.clone().prop_map(Op::UpdateRemove),
+            key.prop_map(Op::Get),
+        ]
+    }
+
+    fn name(k: u8) -> String {
+        format!("cache:{{tool}}:-:{}", "k".repeat(usize::from(k)))
+    }
+
+    /// Runs `ops` on a map with `bounds`; `exact` when every key fits.
+    fn check(bounds: MemoryBounds, ops: &[Op], exact: bool) -> Result<(), TestCaseError> {
+        let map: TtlMap<u32> = TtlMap::new(bounds);
+        let mut model: HashMap<u8, u32> = HashMap::new();
+        for op in ops {
+            match *op {
+                Op::Insert(k, v) => {
+                    prop_assert!(map.insert(&name(k), v, 10, TTL));
+                    model.insert(k, v);
+                }
+                Op::Put(k, v) => {
+                    map.update(&name(k), |_| {
+                        let put = Write::Put {
+                            value: v,
+                            weight: 10,
+                            ttl: TTL,
+                            linger: Duration::ZERO,
+                        };
+                        (put, ())
+                    });
+                    model.insert(k, v);
+                }
+                Op::Remove(k) => {
+                    let was = map.remove(&name(k));
+                    let had = model.remove(&k).is_some();
+                    if exact {
+                        prop_assert_eq!(was, had);
+                    } else {
+                        prop_assert!(!was || had, "a removed key was never written");
+                    }
+                }
+                Op::UpdateRemove(k) => {
+                    map.update(&name(k), |_| (Write::Remove, ()));
+                    model.remove(&k);
+                }
+                Op::Get(k) => {
+                    let got = map.get(&name(k), |v, _| *v);
+                    if exact {
+                        prop_assert_eq!(got, model.get(&k).copied());
+                    } else if let Some(got) = got {
+                        prop_assert_eq!(
+                            Some(got),
+                            model.get(&k).copied(),
+                            "only the last value written"
+                        );
+                    }
+                }
+            }
+            prop_assert!(map.len() <= bounds.max_entries);
+            prop_assert!(map.weighted_size() <= bounds.max_bytes);
+        }
+        if exact {
+            prop_assert_eq!(map.len(), model.len() as u64);
+            for (k, v) in &model {
+                prop_assert_eq!(map.get(&name(*k), |v, _| *v), Some(*v));
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn with_room_for_every_key_it_is_a_map(ops in prop::collection::vec(op(), 1..300)) {
+            check(MemoryBounds::new(1_024, 1 << 20), &ops, true)?;
+        }
+
+        #[test]
+        fn with_little_room_it_forgets_but_never_answers_an_old_value(
+            ops in prop::collection::vec(op(), 1..300),
+        ) {
+            check(MemoryBounds::new(32, 320), &ops, false)?;
+        }
+    }
+}
