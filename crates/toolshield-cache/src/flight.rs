@@ -20,13 +20,23 @@ struct Flight {
     done: Notify,
 }
 
-/// The calls in flight, by cache key. The key is hashed once per miss: the leader ends
-/// its flight by that hash and by identity, without hashing or comparing the key again.
+/// The calls in flight, by cache key, over [`SHARDS`] locks (a miss takes one twice, and
+/// every miss of every tool sharing a store would otherwise take the same one). The key
+/// is hashed once per miss: the leader ends its flight by that hash and by identity,
+/// without hashing or comparing the key again.
 #[derive(Default)]
 pub(crate) struct Flights {
     hasher: FastState,
-    map: Mutex<HashTable<Arc<Flight>>>,
+    shards: [Shard; SHARDS],
 }
+
+/// The number of single-flight shards.
+const SHARDS: usize = 16;
+
+/// One lock's share of the flights, on a line of its own.
+#[derive(Default)]
+#[repr(align(128))]
+struct Shard(Mutex<HashTable<Arc<Flight>>>);
 
 /// The outcome of [`Flights::join`].
 pub(crate) enum Join<'a> {
@@ -37,14 +47,16 @@ pub(crate) enum Join<'a> {
 }
 
 impl Flights {
-    fn lock(&self) -> MutexGuard<'_, HashTable<Arc<Flight>>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self, hash: u64) -> MutexGuard<'_, HashTable<Arc<Flight>>> {
+        // Bits the table's buckets (low) and tags (top seven) do not use.
+        let shard = &self.shards[(hash >> 32) as usize % SHARDS];
+        shard.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Joins the flight for `key`, or starts one.
     pub(crate) fn join<'a>(&'a self, key: &str) -> Join<'a> {
         let hash = self.hasher.hash_one(key);
-        let mut map = self.lock();
+        let mut map = self.lock(hash);
         if let Some(flight) = map.find(hash, |f| *f.key == *key) {
             return Join::Follow(Follower {
                 flight: Arc::clone(flight),
@@ -66,7 +78,10 @@ impl Flights {
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.shards
+            .iter()
+            .map(|s| s.0.lock().map_or(0, |m| m.len()))
+            .sum()
     }
 }
 
@@ -104,7 +119,7 @@ impl Leader<'_> {
     /// from then on no caller can join it.
     fn end(&mut self) -> Option<Arc<Flight>> {
         let flight = self.flight.take()?;
-        let mut map = self.flights.lock();
+        let mut map = self.flights.lock(flight.hash);
         if let Ok(found) = map.find_entry(flight.hash, |f| Arc::ptr_eq(f, &flight)) {
             found.remove();
         }

@@ -76,6 +76,11 @@ struct Entry<V> {
     referenced: AtomicBool,
 }
 
+/// A shard under its lock, on lines of its own: two workers writing neighbouring shards
+/// do not take each other's lines.
+#[repr(align(128))]
+struct Lane<V>(RwLock<Shard<V>>);
+
 /// A part of the map with its own lock and its own share of both bounds.
 struct Shard<V> {
     /// The slot of every entry, by the key's hash (computed once per operation, by the
@@ -296,7 +301,7 @@ impl<V> Shard<V> {
 /// assert_eq!(map.len(), 0);
 /// ```
 pub struct TtlMap<V> {
-    shards: Arc<[RwLock<Shard<V>>]>,
+    shards: Arc<[Lane<V>]>,
     hasher: FastState,
     max_weight: u64,
 }
@@ -336,7 +341,7 @@ impl<V> TtlMap<V> {
         let per_shard_bytes = (bounds.max_bytes.max(1) / shards as u64).max(1);
         TtlMap {
             shards: (0..shards)
-                .map(|_| RwLock::new(Shard::new(per_shard_entries, per_shard_bytes)))
+                .map(|_| Lane(RwLock::new(Shard::new(per_shard_entries, per_shard_bytes))))
                 .collect(),
             hasher: FastState::default(),
             max_weight: per_shard_bytes,
@@ -364,7 +369,7 @@ impl<V> TtlMap<V> {
         // `shards.len()` is a power of two, at most 16: bits 32 to 35. The index takes
         // its buckets from the low bits and its tags from the top seven.
         let h = (hash >> 32) as usize;
-        &self.shards[h & (self.shards.len() - 1)]
+        &self.shards[h & (self.shards.len() - 1)].0
     }
 
     fn read(shard: &RwLock<Shard<V>>) -> RwLockReadGuard<'_, Shard<V>> {
@@ -490,7 +495,7 @@ impl<V> TtlMap<V> {
     pub fn len(&self) -> u64 {
         self.shards
             .iter()
-            .map(|s| Self::read(s).index.len() as u64)
+            .map(|s| Self::read(&s.0).index.len() as u64)
             .sum()
     }
 
@@ -501,7 +506,7 @@ impl<V> TtlMap<V> {
 
     /// The weighted size in bytes of the entries [`len`](Self::len) counts.
     pub fn weighted_size(&self) -> u64 {
-        self.shards.iter().map(|s| Self::read(s).bytes).sum()
+        self.shards.iter().map(|s| Self::read(&s.0).bytes).sum()
     }
 
     /// Frees every expired entry now (otherwise they go when read, or when the clock hand
@@ -509,7 +514,7 @@ impl<V> TtlMap<V> {
     pub fn purge_expired(&self) {
         let now = time::now();
         for shard in self.shards.iter() {
-            Self::write(shard).purge_expired(now);
+            Self::write(&shard.0).purge_expired(now);
         }
     }
 }
