@@ -383,17 +383,18 @@ impl<V> TtlMap<V> {
     /// `f` of the live entry under `key` and the time it has left, under a shared lock;
     /// `None` when there is none. Marks the entry read (CLOCK).
     pub fn get<R>(&self, key: &str, f: impl FnOnce(&V, Duration) -> R) -> Option<R> {
-        let now = time::now();
         let hash = self.hash(key);
         let shard = self.shard(hash);
-        let stale = {
+        let (stale, now) = {
             let guard = Self::read(shard);
             let entry = guard.entry(hash, key)?;
+            // Read only when there is an entry: a miss reads no clock.
+            let now = time::now();
             if now < entry.deadline {
                 entry.referenced.store(true, Ordering::Relaxed);
                 return Some(f(&entry.value, entry.deadline - now));
             }
-            now >= entry.keep_until
+            (now >= entry.keep_until, now)
         };
         if stale {
             // Expired for good: free it now rather than when the hand comes round.

@@ -85,3 +85,50 @@ async fn without_a_soft_threshold_a_call_reads_the_clock_in_at_the_attempt_and_o
     let config = ShieldConfig::from_json_str(config).expect("config");
     assert_reads_at_most(config, "quote", MOST_PER_CALL).await;
 }
+
+/// A cache miss adds the stored copy's wall-clock stamp and the store's expiry; its looks
+/// at the store (in `call`, and again when first polled) find nothing and read no clock.
+#[tokio::test]
+async fn a_cache_miss_reads_the_clock_twice_more_than_an_uncached_call() {
+    let config = r#"
+[tools.quote]
+kind = "read_only"
+cache = { ttl = "10m" }
+"#;
+    let config = ShieldConfig::from_toml_str(config).expect("config");
+    assert_reads_at_most(config, "quote", MOST_PER_CALL_WITH_SOFT + 2).await;
+}
+
+/// A fresh hit is answered in the cache layer's `call`: the entry stamp, the entry's time
+/// left, and the reading on the way out.
+#[tokio::test]
+async fn a_cache_hit_reads_the_clock_three_times_at_most() {
+    let config = r#"
+[tools.quote]
+kind = "read_only"
+cache = { ttl = "10m" }
+"#;
+    let config = ShieldConfig::from_toml_str(config).expect("config");
+    let exporter = toolshield::metrics::local_prometheus();
+    let shield = Shield::from_config(config)
+        .expect("shield")
+        .with_metrics(&exporter)
+        .expect("metrics");
+    let mut svc = shield.wrap("quote", BareTool);
+    let call = || ToolRequest::new("quote", json!({"n": 1})).kind(CallKind::ReadOnly);
+    let first = svc.ready().await.expect("ready").call(call()).await;
+    assert!(!first.expect("ok").provenance.cache_hit);
+
+    let before = time::reads();
+    let res = svc
+        .ready()
+        .await
+        .expect("ready")
+        .call(call())
+        .await
+        .expect("ok");
+    let reads = time::reads() - before;
+    println!("{reads} clock reads");
+    assert!(res.provenance.cache_hit, "the second call is a hit");
+    assert!(reads <= 3, "{reads} clock reads per hit, at most 3 expected");
+}
