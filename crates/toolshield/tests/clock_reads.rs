@@ -130,5 +130,8 @@ cache = { ttl = "10m" }
     let reads = time::reads() - before;
     println!("{reads} clock reads");
     assert!(res.provenance.cache_hit, "the second call is a hit");
-    assert!(reads <= 3, "{reads} clock reads per hit, at most 3 expected");
+    assert!(
+        reads <= 3,
+        "{reads} clock reads per hit, at most 3 expected"
+    );
 }
