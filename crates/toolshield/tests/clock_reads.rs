@@ -17,14 +17,32 @@ const MOST_PER_CALL: u64 = 3;
 /// With a soft threshold: the attempt's end too.
 const MOST_PER_CALL_WITH_SOFT: u64 = 4;
 
-/// Counts the reads of one call to `tool` under `config` and checks them against `most`.
-async fn assert_reads_at_most(config: ShieldConfig, tool: &str, most: u64) {
+/// `tool`'s default stack under `config`, its metrics on an exporter of its own.
+fn stack(
+    config: ShieldConfig,
+    tool: &str,
+) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError> {
     let exporter = toolshield::metrics::local_prometheus();
     let shield = Shield::from_config(config)
         .expect("shield")
         .with_metrics(&exporter)
         .expect("metrics");
-    let mut svc = shield.wrap(tool, BareTool);
+    shield.wrap(tool, BareTool)
+}
+
+/// A read-only `quote` with a cache.
+fn cached_quote() -> ShieldConfig {
+    let config = r#"
+[tools.quote]
+kind = "read_only"
+cache = { ttl = "10m" }
+"#;
+    ShieldConfig::from_toml_str(config).expect("config")
+}
+
+/// Counts the reads of one call to `tool` under `config` and checks them against `most`.
+async fn assert_reads_at_most(config: ShieldConfig, tool: &str, most: u64) {
+    let mut svc = stack(config, tool);
     // A first call registers the tool's series; it is not what is counted.
     let warm = ToolRequest::new(tool, json!({"n": 0})).kind(CallKind::ReadOnly);
     svc.ready()
@@ -90,31 +108,14 @@ async fn without_a_soft_threshold_a_call_reads_the_clock_in_at_the_attempt_and_o
 /// at the store (in `call`, and again when first polled) find nothing and read no clock.
 #[tokio::test]
 async fn a_cache_miss_reads_the_clock_twice_more_than_an_uncached_call() {
-    let config = r#"
-[tools.quote]
-kind = "read_only"
-cache = { ttl = "10m" }
-"#;
-    let config = ShieldConfig::from_toml_str(config).expect("config");
-    assert_reads_at_most(config, "quote", MOST_PER_CALL_WITH_SOFT + 2).await;
+    assert_reads_at_most(cached_quote(), "quote", MOST_PER_CALL_WITH_SOFT + 2).await;
 }
 
 /// A fresh hit is answered in the cache layer's `call`: the entry stamp, the entry's time
 /// left, and the reading on the way out.
 #[tokio::test]
 async fn a_cache_hit_reads_the_clock_three_times_at_most() {
-    let config = r#"
-[tools.quote]
-kind = "read_only"
-cache = { ttl = "10m" }
-"#;
-    let config = ShieldConfig::from_toml_str(config).expect("config");
-    let exporter = toolshield::metrics::local_prometheus();
-    let shield = Shield::from_config(config)
-        .expect("shield")
-        .with_metrics(&exporter)
-        .expect("metrics");
-    let mut svc = shield.wrap("quote", BareTool);
+    let mut svc = stack(cached_quote(), "quote");
     let call = || ToolRequest::new("quote", json!({"n": 1})).kind(CallKind::ReadOnly);
     let first = svc.ready().await.expect("ready").call(call()).await;
     assert!(!first.expect("ok").provenance.cache_hit);
