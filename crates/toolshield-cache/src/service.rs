@@ -120,12 +120,11 @@ fn hit(mut resp: ToolResponse) -> ToolResponse {
 
 /// The full path: a miss, a stale entry, or a store with I/O.
 ///
-/// Written for a small future, as the layer boxes it on every miss: an async block (an
-/// async fn would copy its arguments into the body, keeping both), the call's service
-/// and request in one `Option` that nothing else copies, the service dropped before the
-/// tool's future is awaited, no value of a look kept past it, the answer stored from
-/// where it lies, and a stale entry, which few calls have, boxed.
-// An async fn here kept each argument twice (the argument and the body's binding).
+/// Written for a small future, as the layer boxes it on every miss: an async block, the
+/// call's service and request in one `Option` that nothing else copies, the service
+/// dropped before the tool's future is awaited, no value of a look kept past it, the
+/// answer stored from where it lies, and a stale entry, which few calls have, boxed.
+// Not an async fn: it kept each argument twice (the argument and the body's binding).
 #[allow(clippy::manual_async_fn)]
 fn run<S>(
     shared: Arc<Shared>,

@@ -638,9 +638,6 @@ impl toolshield_cache::CacheStore for TestStore {
     }
 }
 
-/// A miss, a fresh hit, a stale entry served on a failure and an error past the grace,
-/// through a store whose `lookup_now` answers (or not) for every key: the answers, and
-/// how many times the layer asked `get`.
 /// Stores `{"n": "stored"}` as `weather()`'s entry in `store`, as another caller would.
 async fn store_weather(store: &dyn toolshield_cache::CacheStore) {
     let key = toolshield_cache::storage_key(
@@ -658,6 +655,9 @@ async fn store_weather(store: &dyn toolshield_cache::CacheStore) {
         .expect("put");
 }
 
+/// A miss, a fresh hit, a stale entry served on a failure and an error past the grace,
+/// through a store whose `lookup_now` answers (or not) for every key: the answers, and
+/// how many times the layer asked `get`.
 async fn looks_through_get(answers: Answers) -> (Vec<String>, usize) {
     let store = TestStore::new(answers);
     let gets = Arc::clone(&store.gets);
