@@ -166,5 +166,49 @@ fn idempotent_replay(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, cache_hit, cache_miss, idempotent_replay);
+/// The first execution of a mutation under a fresh idempotency key, in memory: the claim,
+/// the call, and the COMPLETED record written (with the payload kept beside it); once the
+/// store is full, each write also evicts an older record.
+fn idempotent_first_execution(c: &mut Criterion) {
+    let rt = rt();
+    let payload = json!({"amount": 42, "currency": "EUR", "to": "acct_123"});
+    let mut n = 0u64;
+    let mut pay = move |p: &serde_json::Value| {
+        n += 1;
+        ToolRequest::new("pay", p.clone())
+            .kind(CallKind::Mutating)
+            .idempotency_key(format!("order-{n}"))
+    };
+    let mut g = c.benchmark_group("idempotent_first_execution");
+
+    let mut bare = BareTool::new();
+    g.bench_function("bare", |b| {
+        b.to_async(&rt).iter(|| {
+            let fut = bare.call(pay(&payload));
+            async move { black_box(fut.await) }
+        })
+    });
+
+    let layer = IdempotencyLayer::new(IdempotencyConfig::default()).expect("config");
+    let mut svc = layer.layer(BareTool::new());
+    g.bench_function("toolshield", |b| {
+        b.to_async(&rt).iter(|| {
+            let fut = svc.call(pay(&payload));
+            async move {
+                let r = fut.await;
+                debug_assert!(r.as_ref().is_ok_and(|r| !r.provenance.replayed));
+                black_box(r)
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    cache_hit,
+    cache_miss,
+    idempotent_replay,
+    idempotent_first_execution
+);
 criterion_main!(benches);

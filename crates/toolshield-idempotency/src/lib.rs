@@ -47,7 +47,7 @@ pub use future::ResponseFuture;
 pub use handle::{IdempotencyCounts, IdempotencyHandle};
 pub use key::{derive_key, storage_key, MAX_KEY_LEN};
 pub use layer::IdempotencyLayer;
-pub use memory::InMemoryIdempotencyStore;
+pub use memory::{record_weight, InMemoryIdempotencyStore};
 pub use service::Idempotency;
 pub use store::{
     check_resume_token, ClaimOutcome, IdempotencyRecord, IdempotencyStore, PendingClaim,

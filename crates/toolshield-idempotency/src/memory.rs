@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolshield_core::config::ConfigError;
-use toolshield_core::size::serialized_len;
+use toolshield_core::size::{json_len, response_weight};
 use toolshield_store::{MemoryBounds, StoreError, TtlMap, Write};
 
 use crate::store::{
@@ -15,8 +15,8 @@ use crate::store::{
 
 /// An [`IdempotencyStore`] in the memory of one process: a [`TtlMap`] of records.
 ///
-/// Bounded by entries and by bytes ([`MemoryBounds`]; each record weighs its key plus its
-/// JSON size), with a per-record TTL checked on every access against tokio's clock, and
+/// Bounded by entries and by bytes ([`MemoryBounds`]; each record weighs its key plus the
+/// memory it holds, [`record_weight`]), with a per-record TTL checked on every access against tokio's clock, and
 /// atomic per key (every owner-checked operation is one [`TtlMap::update`] under the
 /// shard's lock), so it is safe under any concurrency. Records are kept behind an `Arc`:
 /// a replay (a claim that finds a live record) takes only the shard's shared lock, copies
@@ -39,6 +39,29 @@ impl Default for InMemoryIdempotencyStore {
     fn default() -> Self {
         Self::over(TtlMap::new(Self::DEFAULT_BOUNDS))
     }
+}
+
+/// The memory a record kept by the in-memory store holds, as its weight against the
+/// store's byte bound: the record itself, the strings it points to, and its response's
+/// output as compact JSON with its provenance ([`response_weight`]). Walked, not
+/// serialised: a record is weighed on every write, under its shard's lock.
+///
+/// ```
+/// use std::time::Duration;
+/// use toolshield_core::Digest;
+/// use toolshield_idempotency::{record_weight, IdempotencyRecord};
+///
+/// let rec = IdempotencyRecord::pending(Digest::of_bytes(b"{}"), "owner-1", Duration::from_secs(60));
+/// let base = std::mem::size_of::<IdempotencyRecord>();
+/// assert_eq!(record_weight(&rec), base + "owner-1".len());
+/// ```
+pub fn record_weight(record: &IdempotencyRecord) -> usize {
+    let strings = record.owner.len()
+        + record.resume.as_ref().map_or(0, String::len)
+        + record.error.as_ref().map_or(0, |e| e.message.len());
+    std::mem::size_of::<IdempotencyRecord>()
+        + strings
+        + record.result.as_ref().map_or(0, response_weight)
 }
 
 impl InMemoryIdempotencyStore {
@@ -71,11 +94,11 @@ impl InMemoryIdempotencyStore {
         mut record: IdempotencyRecord,
         ttl: Duration,
     ) -> Result<Write<Arc<IdempotencyRecord>>, StoreError> {
-        let mut weight = key.len().saturating_add(serialized_len(&record)) as u64;
+        let mut weight = key.len().saturating_add(record_weight(&record)) as u64;
         // The payload kept beside a record (never serialized) counts too; a record that
         // would not fit with it is kept without it (a replay then hashes the payload).
         if let Some(p) = &record.payload {
-            let with = weight.saturating_add(serialized_len(p.value()) as u64);
+            let with = weight.saturating_add(json_len(p.value()) as u64);
             if with <= self.entries.max_weight() {
                 weight = with;
             } else {

@@ -560,6 +560,11 @@ async fn a_dropped_mutation_in_flight_is_outcome_unknown() {
         .await
         .expect_err("may have been charged");
     assert_eq!(e.kind(), ErrorKind::OutcomeUnknown);
+    // The record is built when the call is dropped: it still says what happened.
+    assert!(
+        e.message().contains("was cancelled after it was sent"),
+        "{e}"
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 

@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use toolshield_core::Digest;
+use serde_json::json;
+use toolshield_core::{Digest, ToolResponse};
 use toolshield_idempotency::testing::contract;
 use toolshield_idempotency::{
-    ClaimOutcome, IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore, MemoryBounds,
+    record_weight, ClaimOutcome, IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore,
+    MemoryBounds,
 };
 
 #[tokio::test(start_paused = true)]
@@ -65,4 +67,40 @@ fn bounds_are_validated() {
     assert!(
         InMemoryIdempotencyStore::with_config(&InMemoryIdempotencyStore::DEFAULT_BOUNDS).is_ok()
     );
+}
+
+/// A record weighs its key and what it holds: a PENDING claim its owner token, a
+/// COMPLETED record its response too, whose output counts by its compact JSON length; the
+/// store's weighted size is the sum, and a longer output weighs that much more.
+#[tokio::test(start_paused = true)]
+async fn a_record_weighs_its_key_and_what_it_holds() {
+    let store = InMemoryIdempotencyStore::new();
+    let ttl = Duration::from_secs(60);
+    let hash = Digest::of_bytes(b"payload");
+    let key = "idemp:{pay}:order-1";
+    let pending = IdempotencyRecord::pending(hash, "owner-1", ttl);
+    let expected = u64::try_from(key.len() + record_weight(&pending)).expect("fits");
+    assert_eq!(
+        store.claim(key, pending, ttl).await.expect("claim"),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(store.entries().weighted_size(), expected);
+
+    let short = IdempotencyRecord::completed(hash, "owner-1", ToolResponse::new(json!("ok")), ttl);
+    let long = IdempotencyRecord::completed(
+        hash,
+        "owner-1",
+        ToolResponse::new(json!("ok".repeat(500))),
+        ttl,
+    );
+    assert_eq!(
+        record_weight(&long) - record_weight(&short),
+        "ok".repeat(500).len() - "ok".len()
+    );
+    let expected = u64::try_from(key.len() + record_weight(&long)).expect("fits");
+    assert!(store
+        .finish(key, "owner-1", long, ttl)
+        .await
+        .expect("finish"));
+    assert_eq!(store.entries().weighted_size(), expected);
 }
