@@ -7,6 +7,7 @@
 #![allow(missing_docs)]
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -125,51 +126,10 @@ fn cache_miss(c: &mut Criterion) {
     g.finish();
 }
 
-fn idempotent_replay(c: &mut Criterion) {
-    let rt = rt();
-    let payload = json!({"amount": 42, "currency": "EUR", "to": "acct_123"});
-    let pay = |p: &serde_json::Value| {
-        ToolRequest::new("pay", p.clone())
-            .kind(CallKind::Mutating)
-            .idempotency_key("order-7")
-    };
-    let mut g = c.benchmark_group("idempotent_replay");
-
-    let mut bare = BareTool::new();
-    g.bench_function("bare", |b| {
-        b.to_async(&rt).iter(|| {
-            let fut = bare.call(pay(&payload));
-            async move { black_box(fut.await) }
-        })
-    });
-
-    let layer = IdempotencyLayer::new(IdempotencyConfig::default()).expect("config");
-    let mut svc = layer.layer(BareTool::new());
-    rt.block_on(async {
-        svc.ready()
-            .await
-            .expect("ready")
-            .call(pay(&payload))
-            .await
-            .expect("first")
-    });
-    g.bench_function("toolshield", |b| {
-        b.to_async(&rt).iter(|| {
-            let fut = svc.call(pay(&payload));
-            async move {
-                let r = fut.await;
-                debug_assert!(r.as_ref().is_ok_and(|r| r.provenance.replayed));
-                black_box(r)
-            }
-        })
-    });
-    g.finish();
-}
-
-/// The first execution of a mutation under a fresh idempotency key, in memory: the claim,
-/// the call, and the COMPLETED record written (with the payload kept beside it); once the
-/// store is full, each write also evicts an older record.
-fn idempotent_first_execution(c: &mut Criterion) {
+/// A mutation of the bare tool through the idempotency layer against the bare tool alone,
+/// in group `name`: the n-th call's key is `key(n)`. With `replayed`, a first call writes
+/// the record and every measured call must be answered from it; else every call must run.
+fn idempotent_group(c: &mut Criterion, name: &str, key: impl Fn(u64) -> Arc<str>, replayed: bool) {
     let rt = rt();
     let payload = json!({"amount": 42, "currency": "EUR", "to": "acct_123"});
     let mut n = 0u64;
@@ -177,9 +137,9 @@ fn idempotent_first_execution(c: &mut Criterion) {
         n += 1;
         ToolRequest::new("pay", p.clone())
             .kind(CallKind::Mutating)
-            .idempotency_key(format!("order-{n}"))
+            .idempotency_key(key(n))
     };
-    let mut g = c.benchmark_group("idempotent_first_execution");
+    let mut g = c.benchmark_group(name);
 
     let mut bare = BareTool::new();
     g.bench_function("bare", |b| {
@@ -191,17 +151,44 @@ fn idempotent_first_execution(c: &mut Criterion) {
 
     let layer = IdempotencyLayer::new(IdempotencyConfig::default()).expect("config");
     let mut svc = layer.layer(BareTool::new());
+    if replayed {
+        rt.block_on(async {
+            svc.ready()
+                .await
+                .expect("ready")
+                .call(pay(&payload))
+                .await
+                .expect("first")
+        });
+    }
     g.bench_function("toolshield", |b| {
         b.to_async(&rt).iter(|| {
             let fut = svc.call(pay(&payload));
             async move {
                 let r = fut.await;
-                debug_assert!(r.as_ref().is_ok_and(|r| !r.provenance.replayed));
+                debug_assert!(r.as_ref().is_ok_and(|r| r.provenance.replayed == replayed));
                 black_box(r)
             }
         })
     });
     g.finish();
+}
+
+/// A replay: every call under one key whose record is written.
+fn idempotent_replay(c: &mut Criterion) {
+    idempotent_group(c, "idempotent_replay", |_| Arc::from("order-7"), true);
+}
+
+/// The first execution of a mutation under a fresh idempotency key, in memory: the claim,
+/// the call, and the COMPLETED record written (with the payload kept beside it); once the
+/// store is full, each write also evicts an older record.
+fn idempotent_first_execution(c: &mut Criterion) {
+    idempotent_group(
+        c,
+        "idempotent_first_execution",
+        |n| Arc::from(format!("order-{n}")),
+        false,
+    );
 }
 
 criterion_group!(
