@@ -40,15 +40,8 @@ pub struct PerUser;
 /// );
 /// ```
 pub fn storage_key(tool: &str, caller: Option<&str>, digest: &Digest) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     // The digest in hex on the stack: the key is the only allocation.
-    let mut hex = [0u8; 64];
-    for (pair, byte) in hex.chunks_exact_mut(2).zip(digest.as_bytes()) {
-        pair[0] = HEX[usize::from(byte >> 4)];
-        pair[1] = HEX[usize::from(byte & 0x0f)];
-    }
-    let hex = std::str::from_utf8(&hex).unwrap_or_default();
-    keys::storage_key("cache", tool, caller, hex)
+    keys::storage_key("cache", tool, caller, digest.hex().as_str())
 }
 
 /// The cache service: see [`CacheLayer`]. A [`StoreService`] whose [`StorePath`] is the

@@ -31,7 +31,27 @@ impl Digest {
 
     /// The 64-character lowercase hex form.
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        self.hex().as_str().to_owned()
+    }
+
+    /// The 64-character lowercase hex form, on the stack: for a key built around it, with
+    /// no allocation of its own.
+    ///
+    /// ```
+    /// use toolshield_core::Digest;
+    ///
+    /// let d = Digest::of_bytes(b"{}");
+    /// let sha256_of_braces = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
+    /// assert_eq!(d.hex().as_str(), sha256_of_braces);
+    /// assert_eq!(d.to_string(), sha256_of_braces);
+    /// assert_eq!(Digest::from_hex(d.hex().as_str()), Some(d));
+    /// ```
+    pub fn hex(&self) -> DigestHex {
+        let mut out = [0u8; 64];
+        for (pair, byte) in out.chunks_exact_mut(2).zip(self.0) {
+            pair.copy_from_slice(&HEX_PAIRS[usize::from(byte)]);
+        }
+        DigestHex(out)
     }
 
     /// Parses the 64-character hex form.
@@ -42,14 +62,45 @@ impl Digest {
     }
 }
 
+/// Two lowercase hex digits for every byte value.
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut pairs = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        pairs[i] = [HEX[i >> 4], HEX[i & 0xf]];
+        i += 1;
+    }
+    pairs
+};
+
+/// A [`Digest`] in lowercase hex, on the stack ([`Digest::hex`]).
+#[derive(Clone, Copy)]
+pub struct DigestHex([u8; 64]);
+
+impl DigestHex {
+    /// The 64 hex characters.
+    pub fn as_str(&self) -> &str {
+        // Always ASCII: every byte comes from `HEX_PAIRS`.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for DigestHex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for DigestHex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut buf = [0u8; 64];
-        // `encode_to_slice` only fails on a wrong buffer length, which is fixed here.
-        if hex::encode_to_slice(self.0, &mut buf).is_err() {
-            return Err(fmt::Error);
-        }
-        f.write_str(std::str::from_utf8(&buf).map_err(|_| fmt::Error)?)
+        f.write_str(self.hex().as_str())
     }
 }
 
@@ -484,7 +535,6 @@ fn write_str<S: Sink>(s: &str, colon: bool, out: &mut S) {
 /// Writes `bytes`, which hold a character to escape, as a JSON string.
 #[cold]
 fn write_escaped<S: Sink>(bytes: &[u8], out: &mut S) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.put_byte(b'"');
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
@@ -503,14 +553,8 @@ fn write_escaped<S: Sink>(bytes: &[u8], out: &mut S) {
             out.put(&bytes[start..i]);
         }
         if escape.is_empty() {
-            out.put(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[(b >> 4) as usize],
-                HEX[(b & 0xf) as usize],
-            ]);
+            let [hi, lo] = HEX_PAIRS[usize::from(b)];
+            out.put(&[b'\\', b'u', b'0', b'0', hi, lo]);
         } else {
             out.put(escape);
         }
@@ -559,6 +603,18 @@ pub fn cache_key_from_digest(tool: &str, digest: &Digest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_spells_every_byte_as_the_hex_crate_does() {
+        for b in 0..=255u8 {
+            let mut bytes = [0u8; 32];
+            bytes[usize::from(b) % 32] = b;
+            bytes[31 - usize::from(b) % 32] = b.wrapping_mul(31);
+            let d = Digest(bytes);
+            assert_eq!(d.hex().as_str(), hex::encode(bytes), "byte {b:#04x}");
+            assert_eq!(Digest::from_hex(d.hex().as_str()), Some(d));
+        }
+    }
 
     #[test]
     fn short_copies_of_every_length_land_whole() {

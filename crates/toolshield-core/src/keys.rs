@@ -35,6 +35,15 @@ pub const MAX_TOOL_NAME_LEN: usize = 256;
 /// Appends `tool` with `%`, `{` and `}` percent-encoded (and control characters), so the
 /// result never contains a brace and decodes to exactly one name.
 fn push_escaped(out: &mut String, tool: &str) {
+    // The common name (printable ASCII without `%` or braces) needs no escape: copied
+    // whole. For ASCII, the control characters are exactly the bytes below 0x20 and 0x7F.
+    if tool
+        .bytes()
+        .all(|b| matches!(b, 0x20..=0x7e) && !matches!(b, b'%' | b'{' | b'}'))
+    {
+        out.push_str(tool);
+        return;
+    }
     for c in tool.chars() {
         match c {
             '%' | '{' | '}' => {

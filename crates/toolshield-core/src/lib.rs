@@ -16,7 +16,7 @@ pub mod size;
 pub use toolshield_contract::*;
 pub use toolshield_contract::{config, hash, http_impls, panic, time};
 
-pub use canonical::{cache_key, payload_digest, Digest};
+pub use canonical::{cache_key, payload_digest, Digest, DigestHex};
 pub use envelope::{ToolResult, ToolResultError, ToolStatus};
 pub use request::{RequestMeta, SharedPayload, ToolRequest};
 pub use response::{Provenance, ToolResponse};

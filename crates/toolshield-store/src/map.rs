@@ -391,7 +391,11 @@ impl<V> TtlMap<V> {
             // Read only when there is an entry: a miss reads no clock.
             let now = time::now();
             if now < entry.deadline {
-                entry.referenced.store(true, Ordering::Relaxed);
+                // Written only when not yet set: a hot entry's line is then only read by
+                // the threads that hit it, not written by each of them.
+                if !entry.referenced.load(Ordering::Relaxed) {
+                    entry.referenced.store(true, Ordering::Relaxed);
+                }
                 return Some(f(&entry.value, entry.deadline - now));
             }
             (now >= entry.keep_until, now)
