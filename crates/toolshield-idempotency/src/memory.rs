@@ -16,7 +16,8 @@ use crate::store::{
 /// An [`IdempotencyStore`] in the memory of one process: a [`TtlMap`] of records.
 ///
 /// Bounded by entries and by bytes ([`MemoryBounds`]; each record weighs its key plus the
-/// memory it holds, [`record_weight`]), with a per-record TTL checked on every access against tokio's clock, and
+/// memory it holds, [`record_weight`], and a payload kept with it its compact JSON
+/// length), with a per-record TTL checked on every access against tokio's clock, and
 /// atomic per key (every owner-checked operation is one [`TtlMap::update`] under the
 /// shard's lock), so it is safe under any concurrency. Records are kept behind an `Arc`:
 /// a replay (a claim that finds a live record) takes only the shard's shared lock, copies
@@ -43,8 +44,10 @@ impl Default for InMemoryIdempotencyStore {
 
 /// The memory a record kept by the in-memory store holds, as its weight against the
 /// store's byte bound: the record itself, the strings it points to, and its response's
-/// output as compact JSON with its provenance ([`response_weight`]). Walked, not
-/// serialised: a record is weighed on every write, under its shard's lock.
+/// output as compact JSON with its provenance ([`response_weight`], which counts the
+/// provenance record once more than the record's own size does: a weight that errs on
+/// the heavy side). Walked, not serialised: a record is weighed on every write, under its
+/// shard's lock.
 ///
 /// ```
 /// use std::time::Duration;

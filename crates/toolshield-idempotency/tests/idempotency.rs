@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 use tokio::time::{advance, sleep};
 use toolshield_core::{CallKind, Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_idempotency::{
-    storage_key, ClaimOutcome, IdempotencyConfig, IdempotencyHandle, IdempotencyLayer,
-    IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore, OnPending, OnStoreError,
-    RecordStatus, StoreError, StoreFuture,
+    record_weight, storage_key, ClaimOutcome, IdempotencyConfig, IdempotencyHandle,
+    IdempotencyLayer, IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore, OnPending,
+    OnStoreError, RecordStatus, StoreError, StoreFuture,
 };
 use toolshield_test::{counting_tool, BoxedTool};
 use tower::{Layer, ServiceExt};
@@ -678,6 +678,12 @@ async fn replays_compare_the_kept_payload_then_the_digest() {
     assert_eq!(
         kept.payload.as_ref().map(|p| p.value().clone()),
         Some(json!({"amount": 42, "currency": "EUR"}))
+    );
+    let payload_len = r#"{"amount":42,"currency":"EUR"}"#.len();
+    assert_eq!(
+        store.entries().weighted_size(),
+        u64::try_from(key.len() + record_weight(&kept) + payload_len).expect("fits"),
+        "the kept payload weighs its compact JSON length"
     );
     let reordered = call(&svc, &layer, with(json!({"currency": "EUR", "amount": 42})))
         .await
