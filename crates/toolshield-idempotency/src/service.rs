@@ -151,8 +151,15 @@ struct ClaimGuard {
 impl ClaimGuard {
     /// Runs the drop action now, in the background.
     fn spawn_cleanup(&mut self) {
-        let action = match std::mem::replace(&mut self.on_drop, OnDrop::Nothing) {
-            OnDrop::Nothing => return,
+        let action = std::mem::replace(&mut self.on_drop, OnDrop::Nothing);
+        if matches!(action, OnDrop::Nothing) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // The OUTCOME_UNKNOWN record, built only now that there is somewhere to write it.
+        let action = match action {
             OnDrop::Unknown {
                 payload_hash,
                 tool,
@@ -163,9 +170,6 @@ impl ClaimGuard {
                 OnDrop::Write(Box::new(rec), ttl)
             }
             action => action,
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
         };
         let shared = Arc::clone(&self.shared);
         let key = self.key.clone();
