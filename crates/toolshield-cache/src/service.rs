@@ -236,6 +236,8 @@ mod tests {
         );
         let size = std::mem::size_of_val(&fut);
         eprintln!("full path future: {size} bytes");
-        assert!(size <= 640, "the full path's future is {size} bytes");
+        // 360 bytes (584 with the 232-byte `Result` of before the provenance record was
+        // boxed).
+        assert!(size <= 448, "the full path's future is {size} bytes");
     }
 }

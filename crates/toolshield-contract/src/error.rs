@@ -165,14 +165,24 @@ impl fmt::Display for ErrorKind {
 
 /// The one error type of the stack.
 ///
-/// Cheap to clone (the source is behind an `Arc`), so a cache, a single-flight group or
-/// an idempotency record can hand the same error to many callers.
+/// Small: its kind, attempts and message inline, the rest (the wait, the elapsed time,
+/// the provenance, the source) in a box made on the first write of any of it, so the
+/// `Result` every layer moves is no larger than the response, and an error with only a
+/// kind and a message allocates nothing (unless its message does). Cheap to clone (the
+/// source is behind an `Arc`), so a cache, a single-flight group or an idempotency
+/// record can hand the same error to many callers.
 #[derive(Clone)]
 pub struct ToolError {
     kind: ErrorKind,
-    message: Cow<'static, str>,
-    retry_after: Option<Duration>,
     attempts: u32,
+    message: Cow<'static, str>,
+    details: Option<Box<Details>>,
+}
+
+/// What a [`ToolError`] holds besides its kind, attempts and message.
+#[derive(Clone, Default)]
+struct Details {
+    retry_after: Option<Duration>,
     elapsed: Option<Duration>,
     // The provenance of a failure, as the provenance layer stamps it: the tool called and
     // the source behind it. `Arc`s shared with the stack: stamping copies no string.
@@ -187,14 +197,20 @@ impl ToolError {
     pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
         ToolError {
             kind,
-            message: message.into(),
-            retry_after: None,
             attempts: 0,
-            elapsed: None,
-            tool: None,
-            origin: None,
-            source: None,
+            message: message.into(),
+            details: None,
         }
+    }
+
+    /// The details, boxed on the first write.
+    fn details_mut(&mut self) -> &mut Details {
+        self.details.get_or_insert_with(Box::default)
+    }
+
+    /// The details, if any was written.
+    fn details(&self) -> Option<&Details> {
+        self.details.as_deref()
     }
 
     /// `TIMEOUT`.
@@ -222,7 +238,9 @@ impl ToolError {
         retry_after: Option<Duration>,
     ) -> Self {
         let mut e = Self::new(ErrorKind::RateLimited, message);
-        e.retry_after = retry_after;
+        if retry_after.is_some() {
+            e.details_mut().retry_after = retry_after;
+        }
         e
     }
 
@@ -254,14 +272,14 @@ impl ToolError {
     where
         E: StdError + Send + Sync + 'static,
     {
-        self.source = Some(Arc::new(source));
+        self.details_mut().source = Some(Arc::new(source));
         self
     }
 
     /// Sets how long the caller should wait before calling again.
     #[must_use]
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
-        self.retry_after = Some(retry_after);
+        self.details_mut().retry_after = Some(retry_after);
         self
     }
 
@@ -280,7 +298,7 @@ impl ToolError {
     /// Records how long the call ran before this error was returned.
     #[must_use]
     pub fn with_elapsed(mut self, elapsed: Duration) -> Self {
-        self.elapsed = Some(elapsed);
+        self.details_mut().elapsed = Some(elapsed);
         self
     }
 
@@ -289,20 +307,21 @@ impl ToolError {
     /// the `ToolResult` envelope of an error names them as a success's does.
     #[must_use]
     pub fn with_provenance(mut self, tool: Arc<str>, source: Arc<str>) -> Self {
-        self.tool = Some(tool);
-        self.origin = Some(source);
+        let details = self.details_mut();
+        details.tool = Some(tool);
+        details.origin = Some(source);
         self
     }
 
     /// The tool that was called, when a layer recorded it
     /// ([`with_provenance`](Self::with_provenance)).
     pub fn provenance_tool(&self) -> Option<&Arc<str>> {
-        self.tool.as_ref()
+        self.details().and_then(|d| d.tool.as_ref())
     }
 
     /// The source behind the tool (its provenance `source`), when a layer recorded it.
     pub fn provenance_source(&self) -> Option<&Arc<str>> {
-        self.origin.as_ref()
+        self.details().and_then(|d| d.origin.as_ref())
     }
 
     /// The canonical kind.
@@ -322,7 +341,7 @@ impl ToolError {
 
     /// How long to wait before calling again, when the tool or a layer said so.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        self.details().and_then(|d| d.retry_after)
     }
 
     /// The attempts made before this error (0 when no layer recorded it).
@@ -332,7 +351,7 @@ impl ToolError {
 
     /// How long the call ran, when a layer recorded it.
     pub fn elapsed(&self) -> Option<Duration> {
-        self.elapsed
+        self.details().and_then(|d| d.elapsed)
     }
 
     /// Shorthand for `self.kind().is_retriable()`.
@@ -350,7 +369,7 @@ impl ToolError {
     /// It never contains the raw message (which may hold upstream details); a rate limit
     /// with a known wait says how long.
     pub fn for_model(&self, tool: &str) -> String {
-        match (self.kind, self.retry_after) {
+        match (self.kind, self.retry_after()) {
             (ErrorKind::RateLimited, Some(wait)) => {
                 // Rounded up: told "6" after a 6.5 s wait, the model would come back early
                 // and be refused again.
@@ -369,16 +388,16 @@ impl fmt::Debug for ToolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("ToolError");
         d.field("kind", &self.kind).field("message", &self.message);
-        if let Some(r) = self.retry_after {
+        if let Some(r) = self.retry_after() {
             d.field("retry_after", &r);
         }
         if self.attempts > 0 {
             d.field("attempts", &self.attempts);
         }
-        if let Some(tool) = &self.tool {
+        if let Some(tool) = self.provenance_tool() {
             d.field("tool", tool);
         }
-        if let Some(source) = &self.source {
+        if let Some(source) = self.details().and_then(|details| details.source.as_ref()) {
             d.field("source", source);
         }
         d.finish()
@@ -393,8 +412,8 @@ impl fmt::Display for ToolError {
 
 impl StdError for ToolError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
+        self.details()
+            .and_then(|d| d.source.as_deref())
             .map(|e| e as &(dyn StdError + 'static))
     }
 }
@@ -441,13 +460,12 @@ impl ToolError {
         }
         ToolError {
             kind,
-            message: Cow::Owned(error.to_string()),
-            retry_after: None,
             attempts: 0,
-            elapsed: None,
-            tool: None,
-            origin: None,
-            source: Some(Arc::from(error)),
+            message: Cow::Owned(error.to_string()),
+            details: Some(Box::new(Details {
+                source: Some(Arc::from(error)),
+                ..Details::default()
+            })),
         }
     }
 }

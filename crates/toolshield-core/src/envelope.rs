@@ -78,7 +78,7 @@ impl From<ToolResponse> for ToolResult {
             from_cache: res.provenance.cache_hit || res.provenance.replayed,
             data: Some(res.output),
             error: None,
-            provenance: Some(res.provenance),
+            provenance: Some(res.provenance.into_inner()),
         }
     }
 }

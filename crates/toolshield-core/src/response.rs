@@ -92,6 +92,159 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+impl Provenance {
+    /// Nothing recorded: what a new response carries.
+    const EMPTY: Provenance = Provenance {
+        source: None,
+        tool: None,
+        fetched_at: None,
+        cache_hit: false,
+        replayed: false,
+        stale: false,
+        slow: false,
+        attempts: 0,
+        execution_id: None,
+        trace_id: None,
+        duration: None,
+        response_digest: None,
+        tier: None,
+        unrecorded: false,
+        hedge_answered_by: None,
+        hedges_sent: None,
+        progress_reports: 0,
+        progress_message: None,
+    };
+
+    /// Nothing recorded but the one attempt that succeeded.
+    const FIRST_ATTEMPT: Provenance = Provenance {
+        attempts: 1,
+        ..Provenance::EMPTY
+    };
+}
+
+/// The [`Provenance`] of a [`ToolResponse`], read and written through `Deref` and
+/// `DerefMut` (`res.provenance.cache_hit`, `res.provenance.tier = ...`).
+///
+/// It is one pointer and a tag wide, not the 192 bytes of a `Provenance`, because every
+/// layer of a stack moves its response at least once: with the record inline, most of
+/// what a call copied was provenance, on every success. The record is boxed on its first
+/// write; until then it reads as empty, and a response whose only record is the one
+/// attempt that succeeded (what a retry layer writes on the common path) keeps that
+/// without a box. So a layer that only reads provenance, or records a first attempt,
+/// allocates nothing.
+#[derive(Clone, Default)]
+pub struct ProvenanceBox {
+    /// The record, once anything but a first attempt was written.
+    boxed: Option<Box<Provenance>>,
+    /// Unboxed, the record reads as `attempts: 1` rather than empty.
+    first_attempt: bool,
+}
+
+/// Returned for an unboxed record; never written.
+static EMPTY: Provenance = Provenance::EMPTY;
+static FIRST_ATTEMPT: Provenance = Provenance::FIRST_ATTEMPT;
+
+impl ProvenanceBox {
+    /// A box holding `provenance`.
+    #[must_use]
+    pub fn new(provenance: Provenance) -> Self {
+        ProvenanceBox {
+            boxed: Some(Box::new(provenance)),
+            first_attempt: false,
+        }
+    }
+
+    /// The record, out of its box.
+    #[must_use]
+    pub fn into_inner(self) -> Provenance {
+        match self.boxed {
+            Some(provenance) => *provenance,
+            None if self.first_attempt => Provenance::FIRST_ATTEMPT,
+            None => Provenance::EMPTY,
+        }
+    }
+
+    /// Records the attempts made; on an otherwise empty record, a first attempt
+    /// allocates nothing.
+    #[inline]
+    pub fn set_attempts(&mut self, attempts: u32) {
+        match &mut self.boxed {
+            Some(provenance) => provenance.attempts = attempts,
+            None if attempts <= 1 => self.first_attempt = attempts == 1,
+            None => self.boxed_mut().attempts = attempts,
+        }
+    }
+
+    /// The record, boxed on the first call.
+    fn boxed_mut(&mut self) -> &mut Provenance {
+        let first_attempt = self.first_attempt;
+        self.boxed.get_or_insert_with(|| {
+            Box::new(if first_attempt {
+                Provenance::FIRST_ATTEMPT
+            } else {
+                Provenance::EMPTY
+            })
+        })
+    }
+}
+
+impl std::ops::Deref for ProvenanceBox {
+    type Target = Provenance;
+
+    #[inline]
+    fn deref(&self) -> &Provenance {
+        match &self.boxed {
+            Some(provenance) => provenance,
+            None if self.first_attempt => &FIRST_ATTEMPT,
+            None => &EMPTY,
+        }
+    }
+}
+
+impl std::ops::DerefMut for ProvenanceBox {
+    /// Boxes the record on its first write.
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Provenance {
+        self.boxed_mut()
+    }
+}
+
+impl From<Provenance> for ProvenanceBox {
+    fn from(provenance: Provenance) -> Self {
+        ProvenanceBox::new(provenance)
+    }
+}
+
+impl PartialEq for ProvenanceBox {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl PartialEq<Provenance> for ProvenanceBox {
+    fn eq(&self, other: &Provenance) -> bool {
+        **self == *other
+    }
+}
+
+impl std::fmt::Debug for ProvenanceBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl Serialize for ProvenanceBox {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ProvenanceBox {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Provenance::deserialize(deserializer).map(ProvenanceBox::new)
+    }
+}
+
 /// What a tool returned, with where it came from.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ToolResponse {
@@ -99,7 +252,7 @@ pub struct ToolResponse {
     pub output: Value,
     /// Where it came from.
     #[serde(default)]
-    pub provenance: Provenance,
+    pub provenance: ProvenanceBox,
     /// Typed extensions layers attach to the response (not serialised).
     #[serde(skip)]
     pub extensions: Extensions,
@@ -111,7 +264,7 @@ impl ToolResponse {
     pub fn new(output: Value) -> Self {
         ToolResponse {
             output,
-            provenance: Provenance::default(),
+            provenance: ProvenanceBox::default(),
             extensions: Extensions::new(),
         }
     }
@@ -176,7 +329,7 @@ impl ShieldResponse for ToolResponse {
 
     #[inline]
     fn set_attempts(&mut self, attempts: u32) {
-        self.provenance.attempts = attempts;
+        self.provenance.set_attempts(attempts);
     }
 
     #[inline]
@@ -206,5 +359,109 @@ impl ShieldResponse for ToolResponse {
     #[inline]
     fn replayed(&self) -> bool {
         self.provenance.replayed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_response_reads_an_empty_record() {
+        let res = ToolResponse::new(Value::Null);
+        assert_eq!(*res.provenance, Provenance::default());
+        assert_eq!(res.provenance, Provenance::default());
+        assert!(res.provenance.boxed.is_none());
+    }
+
+    #[test]
+    fn a_first_attempt_is_recorded_without_a_box_and_kept_by_later_writes() {
+        let mut res = ToolResponse::new(Value::Null);
+        res.set_attempts(1);
+        assert!(
+            res.provenance.boxed.is_none(),
+            "a first attempt needs no box"
+        );
+        assert_eq!(res.provenance.attempts, 1);
+        assert_eq!(res.attempts(), Some(1));
+
+        // The first write of anything else boxes the record, the attempt included.
+        res.provenance.cache_hit = true;
+        assert!(res.provenance.boxed.is_some());
+        assert_eq!(res.provenance.attempts, 1);
+        assert!(res.provenance.cache_hit);
+
+        res.set_attempts(3);
+        assert_eq!(res.provenance.attempts, 3);
+        assert!(res.provenance.cache_hit);
+    }
+
+    #[test]
+    fn attempts_set_on_an_unboxed_record_read_back_as_set() {
+        let mut p = ProvenanceBox::default();
+        p.set_attempts(1);
+        p.set_attempts(0);
+        assert_eq!(p.attempts, 0);
+        assert!(p.boxed.is_none());
+        p.set_attempts(4);
+        assert_eq!(p.attempts, 4);
+        assert_eq!(p.clone().into_inner().attempts, 4);
+        let mut first = ProvenanceBox::default();
+        first.set_attempts(1);
+        assert_eq!(first.into_inner(), Provenance::FIRST_ATTEMPT);
+    }
+
+    #[test]
+    fn a_boxed_and_an_unboxed_record_with_the_same_fields_are_equal() {
+        let mut unboxed = ProvenanceBox::default();
+        unboxed.set_attempts(1);
+        let boxed = ProvenanceBox::new(Provenance {
+            attempts: 1,
+            ..Provenance::default()
+        });
+        assert_eq!(unboxed, boxed);
+        assert_ne!(ProvenanceBox::default(), boxed);
+    }
+
+    #[test]
+    fn a_clone_is_written_apart_from_its_original() {
+        let mut original = ToolResponse::new(Value::Null);
+        original.provenance.tool = Some(Arc::from("weather"));
+        let mut copy = original.clone();
+        copy.provenance.cache_hit = true;
+        copy.provenance.tool = Some(Arc::from("quote"));
+        assert!(!original.provenance.cache_hit);
+        assert_eq!(original.provenance.tool.as_deref(), Some("weather"));
+        assert_eq!(copy.provenance.tool.as_deref(), Some("quote"));
+    }
+
+    #[test]
+    fn the_record_serialises_as_a_plain_provenance_both_ways() {
+        let mut res = ToolResponse::new(serde_json::json!({"t": 1}));
+        res.set_attempts(1);
+        let unboxed = serde_json::to_value(&res).expect("serialise");
+        res.provenance.replayed = true;
+        res.provenance.replayed = false;
+        let boxed = serde_json::to_value(&res).expect("serialise");
+        assert_eq!(unboxed, boxed, "boxing changes nothing on the wire");
+        let plain = serde_json::to_value(Provenance {
+            attempts: 1,
+            ..Provenance::default()
+        })
+        .expect("serialise");
+        assert_eq!(unboxed["provenance"], plain);
+        let back: ToolResponse = serde_json::from_value(boxed).expect("deserialise");
+        assert_eq!(back, res);
+        // A response without a provenance field reads as empty.
+        let bare: ToolResponse =
+            serde_json::from_value(serde_json::json!({"output": 1})).expect("deserialise");
+        assert_eq!(bare.provenance, Provenance::default());
+    }
+
+    #[test]
+    fn the_result_every_layer_moves_stays_small() {
+        // The response's record is a pointer and a flag; the error one pointer.
+        assert!(std::mem::size_of::<ProvenanceBox>() <= 16);
+        assert!(std::mem::size_of::<Result<ToolResponse, crate::ToolError>>() <= 64);
     }
 }

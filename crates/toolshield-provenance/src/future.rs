@@ -4,12 +4,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use toolshield_core::time;
-use toolshield_core::{payload_digest, ErrorKind, Progress, ToolError, ToolResponse};
+use toolshield_core::{payload_digest, ErrorKind, Progress, Provenance, ToolError, ToolResponse};
 use uuid::Uuid;
 
 use crate::layer::Settings;
@@ -76,13 +77,12 @@ where
             Ok(mut resp) => {
                 stamp(
                     &mut resp,
-                    end,
+                    (end, elapsed),
                     this.tool,
                     this.trace_id,
                     *this.execution_id,
                     this.settings,
                 );
-                resp.provenance.duration = Some(elapsed);
                 if let Some(progress) = this.progress.as_ref() {
                     stamp_progress(&mut resp, progress);
                 }
@@ -110,21 +110,25 @@ where
 
 /// The progress of this call, unless the tool or a layer inside already wrote some.
 fn stamp_progress(resp: &mut ToolResponse, progress: &Progress) {
-    let p = &mut resp.provenance;
-    if p.progress_reports == 0 && p.progress_message.is_none() {
-        p.progress_reports = progress.reports();
-        // No report, no message: the lock is taken only when there was one.
-        if p.progress_reports > 0 {
-            p.progress_message = progress.last_message();
-        }
+    if resp.provenance.progress_reports != 0 || resp.provenance.progress_message.is_some() {
+        return;
+    }
+    let reports = progress.reports();
+    // No report, no message: the lock is taken (and the record written) only when there
+    // was one.
+    if reports > 0 {
+        let p: &mut Provenance = &mut resp.provenance;
+        p.progress_reports = reports;
+        p.progress_message = progress.last_message();
     }
 }
 
-/// Fills in what the tool and the layers inside left blank. A cache hit or a replay keeps
-/// its original `fetched_at`, source and execution id.
+/// Fills in what the tool and the layers inside left blank, and the call's duration
+/// (`elapsed`, which ended at `end`). A cache hit or a replay keeps its original
+/// `fetched_at`, source and execution id.
 fn stamp(
     resp: &mut ToolResponse,
-    end: Instant,
+    (end, elapsed): (Instant, Duration),
     tool: &Arc<str>,
     trace_id: &Option<Arc<str>>,
     execution_id: Uuid,
@@ -141,7 +145,8 @@ fn stamp(
     } else {
         resp.provenance.response_digest
     };
-    let p = &mut resp.provenance;
+    // Boxed here, once, if nothing inside wrote to it yet.
+    let p: &mut Provenance = &mut resp.provenance;
     if p.tool.is_none() {
         p.tool = Some(Arc::clone(tool));
     }
@@ -161,4 +166,5 @@ fn stamp(
         p.trace_id.clone_from(trace_id);
     }
     p.response_digest = digest;
+    p.duration = Some(elapsed);
 }
