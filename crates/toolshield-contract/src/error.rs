@@ -168,9 +168,9 @@ impl fmt::Display for ErrorKind {
 /// Small: its kind, attempts and message inline, the rest (the wait, the elapsed time,
 /// the provenance, the source) in a box made on the first write of any of it, so the
 /// `Result` every layer moves is no larger than the response, and an error with only a
-/// kind and a message allocates nothing (unless its message does). Cheap to clone (the
-/// source is behind an `Arc`), so a cache, a single-flight group or an idempotency
-/// record can hand the same error to many callers.
+/// kind and a message allocates nothing (unless its message does). Cheap to clone (at
+/// most one small allocation; the source is behind an `Arc`), so a cache, a
+/// single-flight group or an idempotency record can hand the same error to many callers.
 #[derive(Clone)]
 pub struct ToolError {
     kind: ErrorKind,
@@ -529,5 +529,55 @@ impl From<tokio::time::error::Elapsed> for ToolError {
 impl From<std::convert::Infallible> for ToolError {
     fn from(e: std::convert::Infallible) -> Self {
         match e {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_of_a_kind_and_a_static_message_holds_no_details() {
+        let mut e = ToolError::timeout("attempt exceeded 30s");
+        e.set_attempts(3);
+        assert!(
+            e.details.is_none(),
+            "kind, attempts and message live inline"
+        );
+        assert_eq!(e.attempts(), 3);
+        assert_eq!(e.retry_after(), None);
+        assert_eq!(e.elapsed(), None);
+        assert!(e.provenance_tool().is_none());
+        assert!(StdError::source(&e).is_none());
+        // A rate limit without a wait makes no box either.
+        assert!(ToolError::rate_limited("slow down", None).details.is_none());
+    }
+
+    #[test]
+    fn every_detail_reads_back_and_survives_a_clone() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let e = ToolError::from_source(ErrorKind::ConnectionFailed, io)
+            .with_retry_after(Duration::from_secs(2))
+            .with_elapsed(Duration::from_millis(40))
+            .with_attempts(2)
+            .with_provenance(Arc::from("weather"), Arc::from("https://api"));
+        let copy = e.clone();
+        for e in [&e, &copy] {
+            assert_eq!(e.kind(), ErrorKind::ConnectionFailed);
+            assert_eq!(e.message(), "reset");
+            assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+            assert_eq!(e.elapsed(), Some(Duration::from_millis(40)));
+            assert_eq!(e.attempts(), 2);
+            assert_eq!(e.provenance_tool().map(|t| &**t), Some("weather"));
+            assert_eq!(e.provenance_source().map(|s| &**s), Some("https://api"));
+            let source = StdError::source(e).expect("the io error is the source");
+            assert_eq!(source.to_string(), "reset");
+        }
+        assert!(format!("{copy:?}").contains("retry_after"));
+    }
+
+    #[test]
+    fn the_error_is_smaller_than_the_response_it_travels_with() {
+        assert!(std::mem::size_of::<ToolError>() <= 40);
     }
 }

@@ -23,8 +23,8 @@ pub use toolshield_validate as validate;
 pub mod cli;
 
 pub use toolshield_core::{
-    CallKind, Classify, DefaultClassifier, ErrorKind, Outcome, Provenance, ToolError, ToolRequest,
-    ToolResponse, ToolResult,
+    CallKind, Classify, DefaultClassifier, ErrorKind, Outcome, Provenance, ProvenanceBox,
+    ToolError, ToolRequest, ToolResponse, ToolResult,
 };
 
 pub mod collectors;
