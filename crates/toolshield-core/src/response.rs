@@ -227,6 +227,18 @@ impl PartialEq<Provenance> for ProvenanceBox {
     }
 }
 
+impl PartialEq<ProvenanceBox> for Provenance {
+    fn eq(&self, other: &ProvenanceBox) -> bool {
+        *self == **other
+    }
+}
+
+impl From<ProvenanceBox> for Provenance {
+    fn from(provenance: ProvenanceBox) -> Self {
+        provenance.into_inner()
+    }
+}
+
 impl std::fmt::Debug for ProvenanceBox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         (**self).fmt(f)
@@ -421,6 +433,14 @@ mod tests {
         });
         assert_eq!(unboxed, boxed);
         assert_ne!(ProvenanceBox::default(), boxed);
+        // Compared with a plain record either way round, and converted back into one.
+        let plain = Provenance {
+            attempts: 1,
+            ..Provenance::default()
+        };
+        assert_eq!(plain, unboxed);
+        assert_eq!(unboxed, plain);
+        assert_eq!(Provenance::from(boxed), plain);
     }
 
     #[test]
