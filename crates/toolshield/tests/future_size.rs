@@ -45,7 +45,7 @@ async fn the_stack_future_stays_small() {
         "a ToolRequest is {request} bytes, at most 128 expected"
     );
     // Every layer moves the result at least once: 56 bytes today (the provenance record
-    // and the error are boxed), 232 with the record inline.
+    // and the error's details are boxed), 232 with the record inline.
     assert!(
         result <= 64,
         "the Result is {result} bytes, at most 64 expected"
