@@ -30,10 +30,12 @@ pin_project! {
         // The caller's token, watched while backing off and waiting for readiness; set
         // when the first retry is planned (boxed: only retries pay for it).
         cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
-        service: S,
+        // What retries call: a clone of the inner service, made for the first retry
+        // (boxed: a call that succeeds first time carries no room for it).
+        service: Option<Box<S>>,
         // A copy for the next attempt; `None` when the call may not be retried.
         request: Option<Req>,
-        shared: Arc<Shared<P>>,
+        shared: Arc<Shared<P, S>>,
         attempt: u32,
         previous_wait: Duration,
         // Why the attempt that just ended failed, for the next attempt's request.
@@ -88,16 +90,11 @@ impl<S, Req, P> ResponseFuture<S, Req, P>
 where
     S: Service<Req>,
 {
-    pub(crate) fn new(
-        future: S::Future,
-        service: S,
-        request: Option<Req>,
-        shared: Arc<Shared<P>>,
-    ) -> Self {
+    pub(crate) fn new(future: S::Future, request: Option<Req>, shared: Arc<Shared<P, S>>) -> Self {
         ResponseFuture {
             state: State::Calling { future },
             cancelled: None,
-            service,
+            service: None,
             request,
             shared,
             attempt: 1,
@@ -155,8 +152,8 @@ fn cancelled_error(attempts: u32) -> ToolError {
 /// Decides whether attempt `attempt`, which ended with `result`, is retried, and after
 /// which wait. The common case (anything but a retriable failure) stays inline.
 #[inline]
-fn decide<Req, Res, P>(
-    shared: &Shared<P>,
+fn decide<Req, Res, P, S>(
+    shared: &Shared<P, S>,
     request: Option<&Req>,
     attempt: u32,
     previous_wait: Duration,
@@ -191,8 +188,8 @@ fn not_started(tool: &str, attempt: u32, wait: Option<Duration>, kind: ErrorKind
     );
 }
 
-fn plan_retry<Req, P>(
-    shared: &Shared<P>,
+fn plan_retry<Req, P, S>(
+    shared: &Shared<P, S>,
     request: Option<&Req>,
     attempt: u32,
     previous_wait: Duration,
@@ -279,7 +276,7 @@ where
 
 impl<S, Req, Res, P> Future for ResponseFuture<S, Req, P>
 where
-    S: Service<Req, Response = Res>,
+    S: Service<Req, Response = Res> + Clone,
     S::Error: Into<ToolError>,
     Req: ShieldRequest + Clone,
     Res: ShieldResponse,
@@ -348,7 +345,16 @@ where
                             return Poll::Ready(Err(cancelled_error(*this.attempt)));
                         }
                     }
-                    if let Err(e) = ready!(this.service.poll_ready(cx)) {
+                    if this.service.is_none() {
+                        *this.service = this.shared.service_for_retry().map(Box::new);
+                    }
+                    let Some(service) = this.service.as_mut() else {
+                        return Poll::Ready(Err(ToolError::internal(
+                            "retry has no service to call again",
+                        )
+                        .with_attempts(*this.attempt)));
+                    };
+                    if let Err(e) = ready!(service.poll_ready(cx)) {
                         return Poll::Ready(Err(e.into().with_attempts(*this.attempt)));
                     }
                     let next_attempt = this.attempt.saturating_add(1);
@@ -374,7 +380,7 @@ where
                     *this.guard = request
                         .call_state()
                         .map(|s| s.tokens().clone().guard_attempt());
-                    let future = this.service.call(request);
+                    let future = service.call(request);
                     if let Some(token) = this.token.take() {
                         token.spend();
                     }

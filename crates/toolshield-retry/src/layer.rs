@@ -1,5 +1,5 @@
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use toolshield_contract::config::MAX_DURATION;
@@ -202,6 +202,7 @@ impl<S, P: Clone> Layer<S> for RetryLayer<P> {
                 max_retry_after: self.max_retry_after,
                 min_attempt_time: self.min_attempt_time,
                 budget: self.budget.clone(),
+                template: OnceLock::new(),
             }),
         )
     }

@@ -11,16 +11,18 @@ use crate::shared::Shared;
 
 /// Retries calls of the inner service; built by [`RetryLayer`](crate::RetryLayer).
 ///
-/// Each call moves the ready inner service into its future and leaves a clone in its
-/// place (tower's retry discipline); every retry polls that service ready again before
-/// calling it.
+/// A first attempt calls the ready inner service itself. A retry calls a clone of the
+/// inner service (taken once, at the first call that may be retried, and shared by this
+/// service's clones), polled ready before each retry. So a call that succeeds first
+/// time clones no service, and a service mutated through [`get_mut`](Self::get_mut)
+/// after its first call is retried as it was then.
 pub struct Retry<S, P> {
     inner: S,
-    shared: Arc<Shared<P>>,
+    shared: Arc<Shared<P, S>>,
 }
 
 impl<S, P> Retry<S, P> {
-    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<P>>) -> Self {
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<P, S>>) -> Self {
         Retry { inner, shared }
     }
 
@@ -91,9 +93,10 @@ where
         if let Some(budget) = &self.shared.budget {
             budget.deposit();
         }
-        let clone = self.inner.clone();
-        let mut service = std::mem::replace(&mut self.inner, clone);
-        let future = service.call(req);
-        ResponseFuture::new(future, service, retry_req, Arc::clone(&self.shared))
+        if retry_req.is_some() {
+            self.shared.keep_template(&self.inner);
+        }
+        let future = self.inner.call(req);
+        ResponseFuture::new(future, retry_req, Arc::clone(&self.shared))
     }
 }

@@ -804,7 +804,7 @@ fn tool_stack<S: ToolService>(
     let attempt = attempt_stack(&l, pin, &metrics, flow, service);
     let retried = ServiceBuilder::new()
         // Boxed once per call: the layers above move a pointer instead of the retry
-        // future (which holds a clone of the attempt stack and of the request); measured
+        // future (which holds the attempt's future and a copy of the request); measured
         // against boxing each attempt, both, and neither (docs/benchmarks.md).
         .layer(MapFutureLayer::new(box_call))
         .layer(l.retry.clone())
@@ -872,7 +872,8 @@ where
 /// future for the present one (the hedge's alone is several hundred bytes), and the
 /// retry future, boxed once per call, then outgrows the allocator's small-size caches.
 /// A tool with any of them pays for a type-erased attempt stack instead: one
-/// allocation for its clone in each call and one for each attempt's future.
+/// allocation for each attempt's future, and one for each clone of the stack (the
+/// caller's clone of the whole stack, and a retried call's clone for its retries).
 fn attempt_stack<S: ToolService>(
     l: &ToolLayers,
     pin: Option<&str>,
