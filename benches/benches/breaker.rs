@@ -109,6 +109,13 @@ fn closed_admit_record(c: &mut Criterion) {
         b.iter(|| call(&mut ours, black_box(&req)))
     });
 
+    let mut pinned = BreakerLayer::new(BreakerRegistry::default())
+        .pin_key("weather")
+        .layer(BareTool);
+    g.bench_function("toolshield_pinned", |b| {
+        b.iter(|| call(&mut pinned, black_box(&req)))
+    });
+
     let rec = recloser_new();
     let mut inner = BareTool;
     g.bench_function("recloser", |b| {
@@ -192,6 +199,19 @@ fn hot_key_threads(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, || {
                     let mut svc = BreakerLayer::new(registry.clone()).layer(BareTool);
+                    let req = LiteRequest::default();
+                    move || call(&mut svc, &req)
+                })
+            })
+        });
+        // The breaker as the default stack holds it: pinned to the tool's key when the
+        // service is built.
+        g.bench_function(format!("toolshield_pinned/{threads}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(threads, iters, || {
+                    let mut svc = BreakerLayer::new(registry.clone())
+                        .pin_key("weather")
+                        .layer(BareTool);
                     let req = LiteRequest::default();
                     move || call(&mut svc, &req)
                 })
