@@ -10,11 +10,111 @@ use toolshield_contract::{Classify, Outcome, ShieldResponse, ToolError};
 
 use crate::state::{BreakerState, Record, Ticket, TicketKind};
 
+/// A pinned breaker as one service (and its clones) holds it: the calls of that service
+/// take their reference on this slot, so the count they write and release on every call
+/// is the service's own, not the breaker's, which every service of the key shares
+/// (threads building their own service share no written line on the closed path).
+pub(crate) struct Slot {
+    pub(crate) state: Arc<BreakerState>,
+}
+
+/// How a [`Breaker`](crate::Breaker) and its calls hold the breaker of their key: a
+/// reference on the breaker itself ([`SharedHandle`], the services of
+/// [`BreakerLayer`](crate::BreakerLayer)) or on a slot of the service's own
+/// ([`SlotHandle`], the services of [`PinnedBreakerLayer`](crate::PinnedBreakerLayer)).
+/// Chosen by type, so a call never branches on it. Sealed.
+pub trait Handle: Clone + sealed::Sealed {}
+
+/// A reference on a key's breaker itself, shared by every service of the key.
+#[derive(Clone)]
+pub struct SharedHandle(pub(crate) Arc<BreakerState>);
+
+/// A reference on a pinned service's slot, shared by the service's clones only.
+#[derive(Clone)]
+pub struct SlotHandle(pub(crate) Arc<Slot>);
+
+impl std::fmt::Debug for SharedHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedHandle").field(&self.0.key).finish()
+    }
+}
+
+impl std::fmt::Debug for SlotHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SlotHandle")
+            .field(&self.0.state.key)
+            .finish()
+    }
+}
+
+#[allow(private_interfaces, private_bounds)]
+pub(crate) mod sealed {
+    use super::{BreakerState, SharedHandle, Slot, SlotHandle};
+    use crate::registry::BreakerRegistry;
+
+    /// What a [`Handle`](super::Handle) does, out of the public API.
+    pub trait Sealed: Sized {
+        /// The breaker.
+        fn state(&self) -> &BreakerState;
+        /// The handle for a call with `key`, from the service's cache or the registry.
+        fn lookup(registry: &BreakerRegistry, cached: &mut Option<Self>, key: &str) -> Self;
+    }
+
+    impl Sealed for SharedHandle {
+        #[inline]
+        fn state(&self) -> &BreakerState {
+            &self.0
+        }
+
+        #[inline(always)]
+        fn lookup(registry: &BreakerRegistry, cached: &mut Option<Self>, key: &str) -> Self {
+            if let Some(s) = cached {
+                if &*s.0.key == key && s.0.touch() {
+                    return s.clone();
+                }
+            }
+            let s = SharedHandle(registry.get_or_insert(key));
+            *cached = Some(s.clone());
+            s
+        }
+    }
+
+    impl Sealed for SlotHandle {
+        #[inline]
+        fn state(&self) -> &BreakerState {
+            &self.0.state
+        }
+
+        /// A pinned service's slot for its key; a call with another key looks that key
+        /// up as usual and gets a slot of its own (one small allocation per change of key).
+        #[inline]
+        fn lookup(registry: &BreakerRegistry, cached: &mut Option<Self>, key: &str) -> Self {
+            if let Some(slot) = cached {
+                if &*slot.0.state.key == key && slot.0.state.touch() {
+                    return slot.clone();
+                }
+            }
+            let slot = SlotHandle(Slot::new(registry.get_or_insert(key)));
+            *cached = Some(slot.clone());
+            slot
+        }
+    }
+}
+
+impl Handle for SharedHandle {}
+impl Handle for SlotHandle {}
+
+impl Slot {
+    pub(crate) fn new(state: Arc<BreakerState>) -> Arc<Self> {
+        Arc::new(Slot { state })
+    }
+}
+
 /// Holds an admitted call's ticket until its outcome is known. Dropped unfinished (the
 /// caller dropped the future), a half-open probe gives its permit back and records
 /// nothing.
-pub(crate) struct CallGuard {
-    state: Arc<BreakerState>,
+pub(crate) struct CallGuard<H: Handle> {
+    state: H,
     ticket: Ticket,
     /// With a `slow_call_duration` of the breaker's own: the call's start and that
     /// threshold, both on the registry clock; the outcome then reads the clock once more.
@@ -22,12 +122,8 @@ pub(crate) struct CallGuard {
     done: bool,
 }
 
-impl CallGuard {
-    pub(crate) fn new(
-        state: Arc<BreakerState>,
-        ticket: Ticket,
-        slow_check: Option<(u64, u64)>,
-    ) -> Self {
+impl<H: Handle> CallGuard<H> {
+    pub(crate) fn new(state: H, ticket: Ticket, slow_check: Option<(u64, u64)>) -> Self {
         CallGuard {
             state,
             ticket,
@@ -41,21 +137,21 @@ impl CallGuard {
         // Without a threshold of its own the breaker's shared config is not touched here.
         let slow = marked_slow
             || self.slow_check.is_some_and(|(start, threshold)| {
-                self.state.now_nanos().saturating_sub(start) >= threshold
+                self.state.state().now_nanos().saturating_sub(start) >= threshold
             });
         let record = match outcome {
             Outcome::Success => Record::Success { slow },
             Outcome::Failure(f) if f.counts_for_breaker => Record::Failure { slow },
             Outcome::Failure(_) | Outcome::Ignored | Outcome::Cancelled => Record::Ignore,
         };
-        self.state.record(self.ticket, record);
+        self.state.state().record(self.ticket, record);
     }
 }
 
-impl Drop for CallGuard {
+impl<H: Handle> Drop for CallGuard<H> {
     fn drop(&mut self) {
         if !self.done && self.ticket.kind == TicketKind::Probe {
-            self.state.release_permit(self.ticket.epoch);
+            self.state.state().release_permit(self.ticket.epoch);
         }
     }
 }
@@ -63,19 +159,19 @@ impl Drop for CallGuard {
 pin_project! {
     /// The future of [`Breaker`](crate::Breaker): the inner call, recorded when it
     /// completes, or the `CIRCUIT_OPEN` rejection.
-    pub struct ResponseFuture<F, C> {
+    pub struct ResponseFuture<F, C, H: Handle = SharedHandle> {
         #[pin]
-        kind: Kind<F, C>,
+        kind: Kind<F, C, H>,
     }
 }
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<F, C> {
+    enum Kind<F, C, H: Handle> {
         Called {
             #[pin]
             fut: F,
-            guard: Option<CallGuard>,
+            guard: Option<CallGuard<H>>,
             classifier: C,
         },
         Rejected {
@@ -84,8 +180,8 @@ pin_project! {
     }
 }
 
-impl<F, C> ResponseFuture<F, C> {
-    pub(crate) fn called(fut: F, guard: CallGuard, classifier: C) -> Self {
+impl<F, C, H: Handle> ResponseFuture<F, C, H> {
+    pub(crate) fn called(fut: F, guard: CallGuard<H>, classifier: C) -> Self {
         ResponseFuture {
             kind: Kind::Called {
                 fut,
@@ -102,7 +198,7 @@ impl<F, C> ResponseFuture<F, C> {
     }
 }
 
-impl<F, C, Res, E> Future for ResponseFuture<F, C>
+impl<F, C, H: Handle, Res, E> Future for ResponseFuture<F, C, H>
 where
     F: Future<Output = Result<Res, E>>,
     E: Into<ToolError>,

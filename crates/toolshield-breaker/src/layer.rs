@@ -7,6 +7,7 @@ use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
 use crate::config::BreakerConfig;
+use crate::future::{SharedHandle, Slot, SlotHandle};
 use crate::key::ToolKey;
 use crate::registry::BreakerRegistry;
 use crate::service::Breaker;
@@ -84,10 +85,14 @@ impl<K, C> BreakerLayer<K, C> {
     /// if the registry has none, whatever its `max_keys`, and is never evicted for being
     /// idle: pin keys the application chose, never ones taken from a request. Calls with
     /// another key look it up as usual.
+    ///
+    /// The services it builds are [`Breaker`]s holding the breaker through a slot of
+    /// their own ([`PinnedBreakerLayer`]), so their calls write no reference count the
+    /// services of other tasks share.
     #[must_use]
-    pub fn pin_key(mut self, key: &str) -> Self {
+    pub fn pin_key(mut self, key: &str) -> PinnedBreakerLayer<K, C> {
         self.pinned = Some(Pinned(self.registry.pinned(key)));
-        self
+        PinnedBreakerLayer { layer: self }
     }
 
     /// The registry: status, overrides, events.
@@ -106,7 +111,45 @@ impl<S, K: Clone, C: Clone> Layer<S> for BreakerLayer<K, C> {
             self.key_fn.clone(),
             self.classifier.clone(),
         )
-        .with_cached(self.pinned.as_ref().map(|p| Arc::clone(&p.0)))
+        .with_cached(self.pinned.as_ref().map(|p| SharedHandle(Arc::clone(&p.0))))
+    }
+}
+
+/// A [`BreakerLayer`] for one known key ([`BreakerLayer::pin_key`]).
+///
+/// Each service it builds holds the key's breaker through a slot of its own (one small
+/// allocation when the service is built, shared by its clones), and every call takes its
+/// reference on that slot, not on the breaker: services built apart (one per task, one
+/// per thread) write no shared line on the closed path, where the breaker itself is only
+/// read. Calls with another key look that key up as usual, with a slot of its own.
+#[derive(Debug, Clone)]
+pub struct PinnedBreakerLayer<K = ToolKey, C = DefaultClassifier> {
+    layer: BreakerLayer<K, C>,
+}
+
+impl<K, C> PinnedBreakerLayer<K, C> {
+    /// The registry: status, overrides, events.
+    pub fn registry(&self) -> &BreakerRegistry {
+        &self.layer.registry
+    }
+}
+
+impl<S, K: Clone, C: Clone> Layer<S> for PinnedBreakerLayer<K, C> {
+    type Service = Breaker<S, K, C, SlotHandle>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        let l = &self.layer;
+        Breaker::new(
+            inner,
+            l.registry.clone(),
+            l.key_fn.clone(),
+            l.classifier.clone(),
+        )
+        .with_cached(
+            l.pinned
+                .as_ref()
+                .map(|p| SlotHandle(Slot::new(Arc::clone(&p.0)))),
+        )
     }
 }
 

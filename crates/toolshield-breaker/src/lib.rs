@@ -48,9 +48,9 @@ mod state;
 
 pub use config::{BreakerConfig, WindowConfig};
 pub use events::{BreakerEvent, CircuitState, EvictedCounts, TransitionCount, TransitionReason};
-pub use future::ResponseFuture;
+pub use future::{Handle, ResponseFuture, SharedHandle, SlotHandle};
 pub use key::{key_fn, FixedKey, FnKey, KeyFn, ToolKey, UNNAMED_KEY};
-pub use layer::BreakerLayer;
+pub use layer::{BreakerLayer, PinnedBreakerLayer};
 pub use registry::BreakerRegistry;
 pub use service::Breaker;
 pub use shared::SharedOpenState;

@@ -1,7 +1,6 @@
 //! [`Breaker`]: the service.
 
 use std::fmt;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,25 +10,25 @@ use toolshield_contract::{
 use tower_service::Service;
 
 use crate::events::CircuitState;
-use crate::future::{CallGuard, ResponseFuture};
+use crate::future::{CallGuard, Handle, ResponseFuture, SharedHandle};
 use crate::key::{KeyFn, ToolKey};
 use crate::registry::BreakerRegistry;
-use crate::state::{BreakerState, TicketKind};
+use crate::state::TicketKind;
 
 /// Per-key circuit breakers around a service; built by [`BreakerLayer`](crate::BreakerLayer).
 ///
 /// `call` looks up the breaker of the request's key (a per-service cache makes a repeat
 /// of the last key a string compare), admits or rejects the call with `CIRCUIT_OPEN`
 /// (never in `poll_ready`), and the [`ResponseFuture`] records the classified outcome.
-pub struct Breaker<S, K = ToolKey, C = DefaultClassifier> {
+pub struct Breaker<S, K = ToolKey, C = DefaultClassifier, H = SharedHandle> {
     inner: S,
     registry: BreakerRegistry,
     key_fn: K,
     classifier: C,
-    cached: Option<Arc<BreakerState>>,
+    cached: Option<H>,
 }
 
-impl<S, K, C> Breaker<S, K, C> {
+impl<S, K, C, H> Breaker<S, K, C, H> {
     /// Wraps `inner`.
     #[must_use]
     pub fn new(inner: S, registry: BreakerRegistry, key_fn: K, classifier: C) -> Self {
@@ -42,8 +41,9 @@ impl<S, K, C> Breaker<S, K, C> {
         }
     }
 
-    /// Starts with `state` as the breaker of its last key (a pinned key's).
-    pub(crate) fn with_cached(mut self, state: Option<Arc<BreakerState>>) -> Self {
+    /// Starts with `state` as the breaker of its last key (a pinned key's, in a slot of
+    /// this service's own).
+    pub(crate) fn with_cached(mut self, state: Option<H>) -> Self {
         self.cached = state;
         self
     }
@@ -67,25 +67,9 @@ impl<S, K, C> Breaker<S, K, C> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    #[inline]
-    fn lookup(
-        registry: &BreakerRegistry,
-        cached: &mut Option<Arc<BreakerState>>,
-        key: &str,
-    ) -> Arc<BreakerState> {
-        if let Some(s) = cached {
-            if &*s.key == key && s.touch() {
-                return Arc::clone(s);
-            }
-        }
-        let s = registry.get_or_insert(key);
-        *cached = Some(Arc::clone(&s));
-        s
-    }
 }
 
-impl<S: Clone, K: Clone, C: Clone> Clone for Breaker<S, K, C> {
+impl<S: Clone, K: Clone, C: Clone, H: Clone> Clone for Breaker<S, K, C, H> {
     fn clone(&self) -> Self {
         Breaker {
             inner: self.inner.clone(),
@@ -97,7 +81,7 @@ impl<S: Clone, K: Clone, C: Clone> Clone for Breaker<S, K, C> {
     }
 }
 
-impl<S: fmt::Debug, K: fmt::Debug, C: fmt::Debug> fmt::Debug for Breaker<S, K, C> {
+impl<S: fmt::Debug, K: fmt::Debug, C: fmt::Debug, H> fmt::Debug for Breaker<S, K, C, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Breaker")
             .field("inner", &self.inner)
@@ -121,8 +105,9 @@ fn rejection(key: &str, state: CircuitState, retry_after: Option<Duration>) -> T
     }
 }
 
-impl<S, K, C, Req> Service<Req> for Breaker<S, K, C>
+impl<S, K, C, H, Req> Service<Req> for Breaker<S, K, C, H>
 where
+    H: Handle,
     S: Service<Req>,
     S::Error: Into<ToolError>,
     S::Response: ShieldResponse,
@@ -132,7 +117,7 @@ where
 {
     type Response = S::Response;
     type Error = ToolError;
-    type Future = ResponseFuture<S::Future, C>;
+    type Future = ResponseFuture<S::Future, C, H>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -140,7 +125,8 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         let key = self.key_fn.key(&req);
-        let state = Self::lookup(&self.registry, &mut self.cached, &key);
+        let held = H::lookup(&self.registry, &mut self.cached, &key);
+        let state = held.state();
         let ticket = match state.admit() {
             Ok(ticket) => ticket,
             Err(retry_after) => {
@@ -156,7 +142,98 @@ where
         let slow_check = state
             .slow_threshold_nanos()
             .map(|threshold| (state.now_nanos(), threshold));
-        let guard = CallGuard::new(state, ticket, slow_check);
+        let guard = CallGuard::new(held, ticket, slow_check);
         ResponseFuture::called(self.inner.call(req), guard, self.classifier.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{pending, Pending};
+
+    use serde_json::json;
+    use toolshield_contract::CallKind;
+    use toolshield_core::{ToolRequest, ToolResponse};
+    use tower::Layer;
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::future::{Slot, SlotHandle};
+    use crate::BreakerLayer;
+
+    /// A tool whose calls never finish: the call's future holds its reference as long as
+    /// the test keeps it.
+    #[derive(Clone)]
+    struct Hangs;
+
+    impl Service<ToolRequest> for Hangs {
+        type Response = ToolResponse;
+        type Error = ToolError;
+        type Future = Pending<Result<ToolResponse, ToolError>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _req: ToolRequest) -> Self::Future {
+            pending()
+        }
+    }
+
+    fn request() -> ToolRequest {
+        ToolRequest::new("weather", json!({})).kind(CallKind::ReadOnly)
+    }
+
+    fn slot_of<S, K, C>(svc: &Breaker<S, K, C, SlotHandle>) -> Option<&Arc<Slot>> {
+        svc.cached.as_ref().map(|h| &h.0)
+    }
+
+    #[test]
+    fn calls_of_a_pinned_service_count_on_its_slot_not_on_the_shared_breaker() {
+        let registry = BreakerRegistry::default();
+        let layer = BreakerLayer::new(registry.clone()).pin_key("weather");
+        let state = registry.pinned("weather");
+        let mut a = layer.layer(Hangs);
+        let b = layer.layer(Hangs);
+        let a2 = a.clone();
+        // Each built service has a slot of its own; a clone shares its service's.
+        let (sa, sb, sa2) = (
+            slot_of(&a).unwrap(),
+            slot_of(&b).unwrap(),
+            slot_of(&a2).unwrap(),
+        );
+        assert!(!Arc::ptr_eq(sa, sb));
+        assert!(Arc::ptr_eq(sa, sa2));
+
+        let shared_before = Arc::strong_count(&state);
+        let slot_before = Arc::strong_count(sa);
+        let calls: Vec<_> = (0..3).map(|_| a.call(request())).collect();
+        // Three calls in flight: three references on the slot, none on the breaker.
+        assert_eq!(Arc::strong_count(&state), shared_before);
+        assert_eq!(Arc::strong_count(slot_of(&a).unwrap()), slot_before + 3);
+        drop(calls);
+        assert_eq!(Arc::strong_count(slot_of(&a).unwrap()), slot_before);
+        // The calls were admitted by the one shared breaker.
+        assert_eq!(registry.state("weather"), CircuitState::Closed);
+    }
+
+    #[test]
+    fn a_pinned_service_called_with_another_key_uses_that_keys_breaker() {
+        let registry = BreakerRegistry::default();
+        let mut svc = BreakerLayer::new(registry.clone())
+            .pin_key("weather")
+            .layer(Hangs);
+        let other = ToolRequest::new("search", json!({})).kind(CallKind::ReadOnly);
+        let call = svc.call(other);
+        assert!(
+            registry.status("search").is_some(),
+            "looked up by its own key"
+        );
+        drop(call);
+        // Back to the pinned key: its breaker again, in a slot of the service's own.
+        drop(svc.call(request()));
+        let state = registry.pinned("weather");
+        assert!(Arc::ptr_eq(&slot_of(&svc).unwrap().state, &state));
     }
 }

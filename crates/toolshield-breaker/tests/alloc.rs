@@ -105,6 +105,26 @@ fn the_closed_path_does_not_allocate() {
         with_failures.allocations, 0,
         "failures in the window: {with_failures:?}"
     );
+
+    // A service of a pinned key, its calls holding the breaker through the service's
+    // slot: nothing allocated per call either (the slot is made when the service is).
+    let mut pinned = BreakerLayer::new(registry.clone())
+        .pin_key("weather")
+        .layer(Ready2);
+    for _ in 0..200 {
+        run(&mut pinned, &a);
+    }
+    let pinned_runs = (0..3)
+        .map(|_| {
+            let region = Region::new(GLOBAL);
+            for _ in 0..10_000 {
+                assert!(run(&mut pinned, &a));
+            }
+            region.change()
+        })
+        .min_by_key(|s| s.allocations)
+        .expect("three runs");
+    assert_eq!(pinned_runs.allocations, 0, "pinned key: {pinned_runs:?}");
 }
 
 #[test]

@@ -892,8 +892,9 @@ fn attempt_stack<S: ToolService>(
     // tool's own stack resolves its breaker here, once, not on every call.
     let breaker = l.breaker.clone().classifier(CountPanics::new());
     let breaker = match pin {
-        Some(key) => breaker.pin_key(key),
-        None => breaker,
+        // Calls hold the breaker through a slot of the stack's own (`PinnedBreakerLayer`).
+        Some(key) => Either::Left(breaker.pin_key(key)),
+        None => Either::Right(breaker),
     };
     if flow.hedge.is_none()
         && flow.rate_limit.is_none()
