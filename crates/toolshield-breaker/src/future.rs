@@ -47,6 +47,8 @@ impl std::fmt::Debug for SlotHandle {
     }
 }
 
+// The sealed trait names crate-private types; nothing outside the crate can name or
+// implement it, so they never reach the public API.
 #[allow(private_interfaces, private_bounds)]
 pub(crate) mod sealed {
     use super::{BreakerState, SharedHandle, Slot, SlotHandle};

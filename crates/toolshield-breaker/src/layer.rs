@@ -7,7 +7,7 @@ use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
 use crate::config::BreakerConfig;
-use crate::future::{SharedHandle, Slot, SlotHandle};
+use crate::future::{Slot, SlotHandle};
 use crate::key::ToolKey;
 use crate::registry::BreakerRegistry;
 use crate::service::Breaker;
@@ -33,7 +33,6 @@ pub struct BreakerLayer<K = ToolKey, C = DefaultClassifier> {
     registry: BreakerRegistry,
     key_fn: K,
     classifier: C,
-    pinned: Option<Pinned>,
 }
 
 impl BreakerLayer {
@@ -44,7 +43,6 @@ impl BreakerLayer {
             registry,
             key_fn: ToolKey,
             classifier: DefaultClassifier,
-            pinned: None,
         }
     }
 
@@ -62,7 +60,6 @@ impl<K, C> BreakerLayer<K, C> {
             registry: self.registry,
             key_fn,
             classifier: self.classifier,
-            pinned: self.pinned,
         }
     }
 
@@ -74,7 +71,6 @@ impl<K, C> BreakerLayer<K, C> {
             registry: self.registry,
             key_fn: self.key_fn,
             classifier,
-            pinned: self.pinned,
         }
     }
 
@@ -90,9 +86,12 @@ impl<K, C> BreakerLayer<K, C> {
     /// their own ([`PinnedBreakerLayer`]), so their calls write no reference count the
     /// services of other tasks share.
     #[must_use]
-    pub fn pin_key(mut self, key: &str) -> PinnedBreakerLayer<K, C> {
-        self.pinned = Some(Pinned(self.registry.pinned(key)));
-        PinnedBreakerLayer { layer: self }
+    pub fn pin_key(self, key: &str) -> PinnedBreakerLayer<K, C> {
+        let pinned = Pinned(self.registry.pinned(key));
+        PinnedBreakerLayer {
+            layer: self,
+            pinned,
+        }
     }
 
     /// The registry: status, overrides, events.
@@ -111,7 +110,6 @@ impl<S, K: Clone, C: Clone> Layer<S> for BreakerLayer<K, C> {
             self.key_fn.clone(),
             self.classifier.clone(),
         )
-        .with_cached(self.pinned.as_ref().map(|p| SharedHandle(Arc::clone(&p.0))))
     }
 }
 
@@ -125,6 +123,7 @@ impl<S, K: Clone, C: Clone> Layer<S> for BreakerLayer<K, C> {
 #[derive(Debug, Clone)]
 pub struct PinnedBreakerLayer<K = ToolKey, C = DefaultClassifier> {
     layer: BreakerLayer<K, C>,
+    pinned: Pinned,
 }
 
 impl<K, C> PinnedBreakerLayer<K, C> {
@@ -145,11 +144,7 @@ impl<S, K: Clone, C: Clone> Layer<S> for PinnedBreakerLayer<K, C> {
             l.key_fn.clone(),
             l.classifier.clone(),
         )
-        .with_cached(
-            l.pinned
-                .as_ref()
-                .map(|p| SlotHandle(Slot::new(Arc::clone(&p.0)))),
-        )
+        .with_cached(Some(SlotHandle(Slot::new(Arc::clone(&self.pinned.0)))))
     }
 }
 

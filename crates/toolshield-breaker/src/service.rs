@@ -150,13 +150,12 @@ where
 #[cfg(test)]
 mod tests {
     use std::future::{pending, Pending};
+    use std::sync::Arc;
 
     use serde_json::json;
     use toolshield_contract::CallKind;
     use toolshield_core::{ToolRequest, ToolResponse};
     use tower::Layer;
-
-    use std::sync::Arc;
 
     use super::*;
     use crate::future::{Slot, SlotHandle};

@@ -8,7 +8,9 @@ use std::task::{Context, Poll};
 use serde_json::{json, Value};
 use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
-use toolshield_test::alloc::{one_at_a_time, Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use toolshield_test::alloc::{
+    least_of, measure, one_at_a_time, Region, StatsAlloc, INSTRUMENTED_SYSTEM,
+};
 use toolshield_test::call_now;
 use tower::{Layer, Service};
 
@@ -114,17 +116,16 @@ fn the_closed_path_does_not_allocate() {
     for _ in 0..200 {
         run(&mut pinned, &a);
     }
-    let pinned_runs = (0..3)
-        .map(|_| {
-            let region = Region::new(GLOBAL);
+    let pinned_allocations = least_of(3, || {
+        measure(|| {
             for _ in 0..10_000 {
                 assert!(run(&mut pinned, &a));
             }
-            region.change()
         })
-        .min_by_key(|s| s.allocations)
-        .expect("three runs");
-    assert_eq!(pinned_runs.allocations, 0, "pinned key: {pinned_runs:?}");
+        .1
+        .allocations
+    });
+    assert_eq!(pinned_allocations, 0, "pinned key");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! What every service built by one [`RetryLayer`](crate::RetryLayer) shares.
+//! What a service built by a [`RetryLayer`](crate::RetryLayer) shares with its clones.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -29,9 +29,7 @@ impl<P, S> Shared<P, S> {
     where
         S: Clone,
     {
-        if self.template.get().is_none() {
-            self.template.get_or_init(|| Mutex::new(service.clone()));
-        }
+        self.template.get_or_init(|| Mutex::new(service.clone()));
     }
 
     /// A new clone of the service for a retry; `None` if no call kept one.
