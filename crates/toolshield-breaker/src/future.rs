@@ -107,6 +107,7 @@ impl Handle for SharedHandle {}
 impl Handle for SlotHandle {}
 
 impl Slot {
+    #[inline(always)]
     pub(crate) fn new(state: Arc<BreakerState>) -> Arc<Self> {
         Arc::new(Slot { state })
     }
@@ -125,6 +126,7 @@ pub(crate) struct CallGuard<H: Handle> {
 }
 
 impl<H: Handle> CallGuard<H> {
+    #[inline(always)]
     pub(crate) fn new(state: H, ticket: Ticket, slow_check: Option<(u64, u64)>) -> Self {
         CallGuard {
             state,

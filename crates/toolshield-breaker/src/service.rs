@@ -123,6 +123,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, mut req: Req) -> Self::Future {
         let key = self.key_fn.key(&req);
         let held = H::lookup(&self.registry, &mut self.cached, &key);

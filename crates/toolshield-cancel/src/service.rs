@@ -50,6 +50,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Req) -> Self::Future {
         match req.call_state().map(|s| s.tokens().clone()) {
             Some(tokens) if tokens.call().is_cancelled() => ResponseFuture::rejected(),

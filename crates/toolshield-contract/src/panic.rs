@@ -256,6 +256,7 @@ where
         }
     }
 
+    #[inline(always)]
     fn call(&mut self, req: R) -> Self::Future {
         let hook = self.hook.clone();
         match catch_unwind(AssertUnwindSafe(|| self.inner.call(req))) {

@@ -104,6 +104,7 @@ pub struct AttemptGuard {
 
 impl AttemptGuard {
     /// The attempt finished: do not cancel it.
+    #[inline]
     pub fn disarm(mut self) {
         self.tokens = None;
     }

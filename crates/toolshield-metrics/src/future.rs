@@ -112,6 +112,7 @@ fn record_dropped_call(shared: &Shared, tool: usize, start: Instant, span: &Span
 }
 
 impl<F> ResponseFuture<F> {
+    #[inline(always)]
     pub(crate) fn new(
         inner: F,
         start: Instant,
@@ -256,6 +257,7 @@ pin_project! {
 }
 
 impl<F> AttemptFuture<F> {
+    #[inline(always)]
     pub(crate) fn new(inner: F, tool: usize, span: Span, shared: Arc<Shared>) -> Self {
         AttemptFuture {
             inner,

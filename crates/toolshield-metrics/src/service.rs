@@ -70,6 +70,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, mut req: Req) -> Self::Future {
         // The call's entry stamp (one clock read per call), shared with every layer inside.
         let start = time::enter(&mut req);
@@ -149,6 +150,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
         let tool = self.slot.unwrap_or_else(|| shared.tools.index(label(&req)));

@@ -30,6 +30,7 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
+    #[inline(always)]
     pub(crate) fn new(
         inner: F,
         start: Instant,

@@ -52,6 +52,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, mut req: ToolRequest) -> Self::Future {
         // The call's entry stamp: read here only when no layer outside stamped it.
         let start = time::enter(&mut req);

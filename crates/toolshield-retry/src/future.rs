@@ -90,6 +90,7 @@ impl<S, Req, P> ResponseFuture<S, Req, P>
 where
     S: Service<Req>,
 {
+    #[inline(always)]
     pub(crate) fn new(future: S::Future, request: Option<Req>, shared: Arc<Shared<P, S>>) -> Self {
         ResponseFuture {
             state: State::Calling { future },

@@ -82,6 +82,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Req) -> Self::Future {
         // A mutating call without an idempotency key is never repeated: keep no copy.
         // A request that states no kind (a plain value) is retried as tower's `Retry`

@@ -103,6 +103,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Req) -> Self::Future {
         self.layer.call(&mut self.inner, req)
     }

@@ -6,15 +6,38 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
+use toolshield_contract::config::deadline_after;
 use toolshield_contract::{time, AttemptGuard, IdleClock, ShieldResponse, SlowCall, ToolError};
 
 /// Which limit a [`ResponseFuture`] enforces, for the error message.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Expiry {
+    /// The attempt timeout, counted from the attempt's start. Whether the request's
+    /// deadline comes first is worked out only when the timer is armed: an attempt that
+    /// finishes on its first poll never needs it.
     Attempt(Duration),
     Total(Duration),
     /// The deadline the request carried, earlier than the attempt timeout.
     Request,
+}
+
+impl Expiry {
+    /// When the limit is reached, for an attempt that started at `start`. `expires` is
+    /// the instant the limit was given as: for an attempt timeout, the deadline the
+    /// request carried, or `start` itself when it carried none (a deadline not after
+    /// the start never gets this far). An attempt timeout cut short by the request's
+    /// deadline becomes [`Expiry::Request`].
+    pub(crate) fn resolve(&mut self, start: Instant, expires: Instant) -> Instant {
+        let Expiry::Attempt(limit) = *self else {
+            return expires;
+        };
+        let end = deadline_after(start, limit);
+        if expires > start && expires < end {
+            *self = Expiry::Request;
+            return expires;
+        }
+        end
+    }
 }
 
 /// The idle limit of one attempt: the attempt's clock, the limit, and the hard end that
@@ -49,9 +72,10 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,
-        // When the limit is reached; the timer is armed for it only if the inner future
-        // returns `Pending` once, so a call that finishes on its first poll never touches
-        // the runtime's timer.
+        // When the limit is reached (for an attempt timeout, resolved from `expiry` when
+        // the timer is armed); the timer is armed only if the inner future returns
+        // `Pending` once, so a call that finishes on its first poll never touches the
+        // runtime's timer.
         expires: Instant,
         expiry: Expiry,
         start: Instant,
@@ -173,7 +197,9 @@ where
                 guard.disarm();
             }
             this.state.set(State::Done);
-            drop(this.idle.take());
+            if this.idle.is_some() {
+                drop(this.idle.take());
+            }
             return Poll::Ready(match result {
                 Ok(mut res) => {
                     if let Some(threshold) = *this.soft {
@@ -196,6 +222,7 @@ where
         }
 
         if let TimerProj::Unarmed = timer.as_mut().project() {
+            *this.expires = this.expiry.resolve(*this.start, *this.expires);
             let first = this
                 .idle
                 .as_deref()

@@ -85,24 +85,27 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, mut req: Req) -> Self::Future {
         // The attempt's own start: the one clock read of this layer (a retry's later
         // attempts each get a fresh budget, so the call's entry stamp will not do).
         let start = time::now();
-        let attempt_end = deadline_after(start, self.attempt);
         // The request's deadline is enforced here too, so it holds in every stack with an
-        // attempt timeout, whether or not a total deadline is configured.
+        // attempt timeout, whether or not a total deadline is configured. Which of the
+        // two ends the attempt is worked out when the timer is armed.
         let state = req.call_state();
-        let (expires, expiry) = match state.and_then(CallState::deadline) {
-            Some(deadline) if deadline < attempt_end => (deadline, Expiry::Request),
-            _ => (attempt_end, Expiry::Attempt(self.attempt)),
-        };
-        if expires <= start {
+        let deadline = state.and_then(CallState::deadline);
+        if deadline.is_some_and(|deadline| deadline <= start) {
             return ResponseFuture::failed(
                 ToolError::timeout("deadline passed before the attempt started"),
                 start,
             );
         }
+        let mut expiry = Expiry::Attempt(self.attempt);
+        // The request's deadline (or the start, for none): resolved against the attempt
+        // timeout when the timer is armed ([`Expiry::resolve`]), here already when an
+        // idle limit needs the hard end.
+        let mut expires = deadline.unwrap_or(start);
         let guard = state.map(|s| s.tokens().clone().guard_attempt());
         // Only an idle limit costs allocations: the attempt's clock, put on the copy of
         // the request the tool gets. A request type without state cannot report, so its
@@ -112,6 +115,7 @@ where
             if let Some(state) = req.call_state_mut() {
                 state.progress_mut().set_idle_clock(Arc::clone(&clock));
             }
+            expires = expiry.resolve(start, expires);
             Box::new(Idle {
                 limit,
                 hard: expires,
@@ -185,6 +189,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, mut req: Req) -> Self::Future {
         // The whole call's budget counts from its entry stamp (no clock read when an outer
         // layer stamped it).

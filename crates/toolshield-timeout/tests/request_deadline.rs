@@ -81,3 +81,28 @@ async fn a_request_whose_deadline_passed_never_reaches_the_tool() {
     assert_eq!(e.kind(), ErrorKind::Timeout);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_earlier_request_deadline_cuts_the_attempt_and_says_so() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let svc = TimeoutLayer::new(Duration::from_secs(30)).layer(hung(calls));
+    let start = Instant::now();
+    let e = svc
+        .oneshot(read(start + Duration::from_millis(1500)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    assert_eq!(start.elapsed(), Duration::from_millis(1500));
+    assert!(e.message().contains("reached its deadline"), "{e}");
+
+    // The attempt timeout first: its own message.
+    let calls = Arc::new(AtomicU32::new(0));
+    let svc = TimeoutLayer::new(Duration::from_secs(2)).layer(hung(calls));
+    let start = Instant::now();
+    let e = svc
+        .oneshot(read(start + Duration::from_secs(60)))
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert!(e.message().contains("attempt exceeded 2s"), "{e}");
+}

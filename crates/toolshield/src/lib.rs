@@ -30,6 +30,7 @@ pub use toolshield_core::{
 pub mod collectors;
 pub mod config;
 mod reload;
+mod select;
 pub mod shield;
 
 pub use config::{ShieldConfig, ToolConfig};

@@ -37,7 +37,9 @@ use toolshield_ratelimit::{ConfiguredKey as RateKeyOf, RateLimitLayer};
 use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use toolshield_validate::{Schema, ValidateLayer};
-use tower::util::{BoxCloneSyncService, Either, MapFutureLayer, MapRequestLayer};
+use tower::util::{BoxCloneSyncService, MapRequestLayer};
+
+use crate::select::{BoxCall, Optional, Select};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::config::{ShieldConfig, ToolConfig};
@@ -787,7 +789,7 @@ fn tool_stack<S: ToolService>(
     fallback: Option<FallbackLayer>,
     flow: &Flow,
     service: S,
-) -> Either<
+) -> Select<
     impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
         + Clone
         + Send
@@ -796,7 +798,7 @@ fn tool_stack<S: ToolService>(
     S,
 > {
     if !p.config.enabled {
-        return Either::Right(service);
+        return Select::B(service);
     }
     let l = p.layers(tool).clone();
     let metrics = tool_metrics(p, tool);
@@ -806,7 +808,7 @@ fn tool_stack<S: ToolService>(
         // Boxed once per call: the layers above move a pointer instead of the retry
         // future (which holds the attempt's future and a copy of the request); measured
         // against boxing each attempt, both, and neither (docs/benchmarks.md).
-        .layer(MapFutureLayer::new(box_call))
+        .layer(tower::layer::layer_fn(BoxCall))
         .layer(l.retry.clone())
         .service(attempt);
     // A tool without fallback tiers gets no fallback layer in its type, not one switched
@@ -814,8 +816,8 @@ fn tool_stack<S: ToolService>(
     // fallback's holds a copy of the request, 232 bytes), and every layer above would
     // move those bytes on each call.
     let stack = match fallback {
-        None => Either::Right(call_stack(&l, &metrics, tool, provenance, flow, retried)),
-        Some(fallback) => Either::Left(call_stack(
+        None => Select::B(call_stack(&l, &metrics, tool, provenance, flow, retried)),
+        Some(fallback) => Select::A(call_stack(
             &l,
             &metrics,
             tool,
@@ -824,7 +826,7 @@ fn tool_stack<S: ToolService>(
             fallback.layer(retried),
         )),
     };
-    Either::Left(stack)
+    Select::A(stack)
 }
 
 /// The layers above retry, around `inner` (retry, or fallback around retry).
@@ -848,18 +850,18 @@ where
         + 'static,
 {
     ServiceBuilder::new()
-        .option_layer(l.kind.map(|kind| {
+        .layer(Optional(l.kind.map(|kind| {
             MapRequestLayer::new(move |mut req: ToolRequest| {
                 req.apply_tool_kind(kind);
                 req
             })
-        }))
+        })))
         .layer(metrics.clone())
         .layer(provenance.for_tool(tool))
         .layer(CancelLayer::new())
-        .option_layer(l.deadline)
-        .option_layer(flow.budget.clone())
-        .option_layer(l.validate.clone())
+        .layer(Optional(l.deadline))
+        .layer(Optional(flow.budget.clone()))
+        .layer(Optional(l.validate.clone()))
         .layer(l.cache.clone())
         .layer(l.idempotency.clone())
         .service(inner)
@@ -880,7 +882,7 @@ fn attempt_stack<S: ToolService>(
     metrics: &MetricsLayer,
     flow: &Flow,
     service: S,
-) -> Either<
+) -> Select<
     BoxCloneSyncService<ToolRequest, ToolResponse, ToolError>,
     impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
         + Clone
@@ -893,15 +895,15 @@ fn attempt_stack<S: ToolService>(
     let breaker = l.breaker.clone().classifier(CountPanics::new());
     let breaker = match pin {
         // Calls hold the breaker through a slot of the stack's own (`PinnedBreakerLayer`).
-        Some(key) => Either::Left(breaker.pin_key(key)),
-        None => Either::Right(breaker),
+        Some(key) => Select::A(breaker.pin_key(key)),
+        None => Select::B(breaker),
     };
     if flow.hedge.is_none()
         && flow.rate_limit.is_none()
         && flow.bulkhead.is_none()
         && flow.faults.is_none()
     {
-        return Either::Right(
+        return Select::B(
             ServiceBuilder::new()
                 .layer(metrics.attempt_layer())
                 .layer(breaker)
@@ -910,15 +912,15 @@ fn attempt_stack<S: ToolService>(
                 .service(service),
         );
     }
-    Either::Left(BoxCloneSyncService::new(
+    Select::A(BoxCloneSyncService::new(
         ServiceBuilder::new()
-            .option_layer(flow.hedge.clone())
+            .layer(Optional(flow.hedge.clone()))
             .layer(metrics.attempt_layer())
-            .option_layer(flow.rate_limit.clone())
+            .layer(Optional(flow.rate_limit.clone()))
             .layer(breaker)
-            .option_layer(flow.bulkhead.clone())
+            .layer(Optional(flow.bulkhead.clone()))
             .layer(l.timeout)
-            .option_layer(flow.faults.clone())
+            .layer(Optional(flow.faults.clone()))
             .layer(catch_panic())
             .service(service),
     ))
@@ -936,18 +938,6 @@ fn tool_metrics(p: &Policies, tool: &str) -> MetricsLayer {
     // A name the metrics layer refuses (`other`, blank) stays `other`.
     MetricsLayer::build(MetricsConfig::with_tools([tool]), p.metrics_target.clone())
         .map_or_else(|_| p.metrics.for_tool(tool), |m| m.for_tool(tool))
-}
-
-/// The future of the retry layer and what it wraps, boxed.
-type RetryFuture = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<ToolResponse, ToolError>> + Send + 'static>,
->;
-
-fn box_call<F>(future: F) -> RetryFuture
-where
-    F: std::future::Future<Output = Result<ToolResponse, ToolError>> + Send + 'static,
-{
-    Box::pin(future)
 }
 
 /// Catches a tool's panic: the caller gets `INTERNAL`, the text goes to the log.
