@@ -107,7 +107,6 @@ impl Handle for SharedHandle {}
 impl Handle for SlotHandle {}
 
 impl Slot {
-    #[inline(always)]
     pub(crate) fn new(state: Arc<BreakerState>) -> Arc<Self> {
         Arc::new(Slot { state })
     }

@@ -166,7 +166,7 @@ where
         let mut result = called.await.map_err(Into::into);
         if let Ok(resp) = &mut result {
             if resp.provenance.fetched_at.is_none() {
-                resp.provenance.fetched_at = Some(time::wall_clock(time::now()).into());
+                resp.provenance.fetched_at = Some(toolshield_core::utc_at(time::now()));
             }
             if !resp.is_error() {
                 let ttl = policy.ttl.saturating_add(policy.stale_if_error);

@@ -91,6 +91,17 @@ fn since(origin: std::time::Instant, at: std::time::Instant) -> i64 {
 /// ```
 #[must_use]
 pub fn wall_clock(at: Instant) -> SystemTime {
+    match u64::try_from(unix_nanos(at)) {
+        Ok(ns) => UNIX_EPOCH + Duration::from_nanos(ns),
+        Err(_) => UNIX_EPOCH,
+    }
+}
+
+/// The wall-clock time of the monotonic reading `at` as nanoseconds since the Unix
+/// epoch (negative before it), derived as [`wall_clock`] derives it: what a caller that
+/// builds its own calendar time needs, without a `SystemTime` in between.
+#[must_use]
+pub fn unix_nanos(at: Instant) -> i64 {
     let origin = *ORIGIN.get_or_init(std::time::Instant::now);
     let mono = since(origin, at.into_std());
     let rebased = REBASED_NS.load(Ordering::Acquire);
@@ -112,11 +123,7 @@ pub fn wall_clock(at: Instant) -> SystemTime {
     } else {
         OFFSET_NS.load(Ordering::Relaxed)
     };
-    let wall = mono.saturating_add(offset);
-    match u64::try_from(wall) {
-        Ok(ns) => UNIX_EPOCH + Duration::from_nanos(ns),
-        Err(_) => UNIX_EPOCH,
-    }
+    mono.saturating_add(offset)
 }
 
 /// A [`SystemTime`] shown as RFC 3339 in UTC with milliseconds; times before 1970 show as

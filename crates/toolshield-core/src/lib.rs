@@ -19,5 +19,5 @@ pub use toolshield_contract::{config, hash, http_impls, panic, time};
 pub use canonical::{cache_key, payload_digest, Digest, DigestHex};
 pub use envelope::{ToolResult, ToolResultError, ToolStatus};
 pub use request::{RequestMeta, SharedPayload, ToolRequest};
-pub use response::{Provenance, ProvenanceBox, ToolResponse};
+pub use response::{utc_at, Provenance, ProvenanceBox, ToolResponse};
 pub use service::ToolService;

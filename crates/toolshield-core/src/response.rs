@@ -485,3 +485,94 @@ mod tests {
         assert!(std::mem::size_of::<Result<ToolResponse, crate::ToolError>>() <= 64);
     }
 }
+
+/// The UTC time of the monotonic reading `at`, as a provenance record's `fetched_at`
+/// wants it: derived from one wall-clock base per process, as
+/// [`time::wall_clock`](crate::time::wall_clock) derives it, with the calendar date
+/// worked out once per day and thread (the date from a day number is most of what a
+/// `DateTime` costs to build; the time of day is arithmetic).
+///
+/// ```
+/// use chrono::{DateTime, Utc};
+/// use toolshield_core::{time, utc_at};
+///
+/// let at = time::now();
+/// let apart = utc_at(at) - DateTime::<Utc>::from(time::wall_clock(at));
+/// assert!(apart.num_milliseconds().abs() < 1_000);
+/// ```
+#[must_use]
+pub fn utc_at(at: tokio::time::Instant) -> DateTime<Utc> {
+    utc_of_unix_nanos(crate::time::unix_nanos(at))
+}
+
+/// The UTC time `nanos` nanoseconds after the Unix epoch (the epoch for a time before
+/// it), the date kept per thread for the day last asked for.
+fn utc_of_unix_nanos(nanos: i64) -> DateTime<Utc> {
+    use std::cell::Cell;
+
+    use chrono::{NaiveDate, NaiveTime};
+
+    const NANOS: i64 = 1_000_000_000;
+    const DAY: i64 = 86_400;
+    std::thread_local! {
+        // The day number (days since the Unix epoch) last asked for, and its date.
+        static LAST_DAY: Cell<Option<(i64, NaiveDate)>> = const { Cell::new(None) };
+    }
+    let nanos = nanos.max(0);
+    let (secs, subsec) = (nanos / NANOS, nanos % NANOS);
+    let (day, of_day) = (secs / DAY, secs % DAY);
+    let date = LAST_DAY.with(|last| match last.get() {
+        Some((d, date)) if d == day => Some(date),
+        _ => {
+            let date = DateTime::from_timestamp(day * DAY, 0)?.date_naive();
+            last.set(Some((day, date)));
+            Some(date)
+        }
+    });
+    let time = u32::try_from(of_day)
+        .ok()
+        .zip(u32::try_from(subsec).ok())
+        .and_then(|(secs, nanos)| NaiveTime::from_num_seconds_from_midnight_opt(secs, nanos));
+    match date.zip(time) {
+        Some((date, time)) => date.and_time(time).and_utc(),
+        None => DateTime::from_timestamp_nanos(nanos),
+    }
+}
+
+#[cfg(test)]
+mod utc_tests {
+    use chrono::DateTime;
+
+    use super::utc_of_unix_nanos;
+
+    #[test]
+    fn the_utc_time_is_the_calendar_time_to_the_nanosecond() {
+        const DAY: i64 = 86_400 * 1_000_000_000;
+        let now = 1_795_000_000_123_456_789_i64; // 2026-11-18
+        let mut cases = vec![
+            0,
+            1,
+            DAY - 1,
+            DAY,
+            951_782_400 * 1_000_000_000 - 1,
+            i64::MAX,
+        ];
+        // Every day of two years, each at a time of day that moves, asked in order and
+        // out of order: a kept date is used only for its own day.
+        for d in 0..731 {
+            cases.push(now + d * DAY + d * 997_000_001 % DAY);
+        }
+        for d in (0..731).rev().step_by(7) {
+            cases.push(now + d * DAY + 3);
+        }
+        for nanos in cases {
+            assert_eq!(
+                utc_of_unix_nanos(nanos),
+                DateTime::from_timestamp_nanos(nanos),
+                "{nanos}"
+            );
+        }
+        // Before the epoch: the epoch.
+        assert_eq!(utc_of_unix_nanos(-5), DateTime::from_timestamp_nanos(0));
+    }
+}

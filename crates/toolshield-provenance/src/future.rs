@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use toolshield_core::time;
-use toolshield_core::{payload_digest, ErrorKind, Progress, Provenance, ToolError, ToolResponse};
+use toolshield_core::{
+    payload_digest, utc_at, ErrorKind, Progress, Provenance, ToolError, ToolResponse,
+};
 use uuid::Uuid;
 
 use crate::layer::Settings;
@@ -155,7 +156,7 @@ fn stamp(
         p.source = Some(settings.source_of(tool));
     }
     if p.fetched_at.is_none() {
-        p.fetched_at = Some(DateTime::<Utc>::from(time::wall_clock(end)));
+        p.fetched_at = Some(utc_at(end));
     }
     if p.attempts == 0 {
         p.attempts = 1;
