@@ -58,17 +58,21 @@ async fn a_request_deadline_ends_a_hung_call_through_retry_and_attempt_timeout()
     );
 }
 
+/// A hung call through an attempt timeout of `attempt`, its request's deadline
+/// `deadline` from now: the error, and how long it took to come.
+async fn cut(attempt: Duration, deadline: Duration) -> (ToolError, Duration) {
+    let svc = TimeoutLayer::new(attempt).layer(hung(Arc::new(AtomicU32::new(0))));
+    let start = Instant::now();
+    let e = svc.oneshot(read(start + deadline)).await.unwrap_err();
+    (e, start.elapsed())
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_attempt_timeout_still_applies_before_a_later_request_deadline() {
-    let calls = Arc::new(AtomicU32::new(0));
-    let svc = TimeoutLayer::new(Duration::from_secs(2)).layer(hung(calls));
-    let start = Instant::now();
-    let e = svc
-        .oneshot(read(start + Duration::from_secs(60)))
-        .await
-        .unwrap_err();
+    let (e, took) = cut(Duration::from_secs(2), Duration::from_secs(60)).await;
     assert_eq!(e.kind(), ErrorKind::Timeout);
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert_eq!(took, Duration::from_secs(2));
+    assert!(e.message().contains("attempt exceeded 2s"), "{e}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -84,25 +88,8 @@ async fn a_request_whose_deadline_passed_never_reaches_the_tool() {
 
 #[tokio::test(start_paused = true)]
 async fn an_earlier_request_deadline_cuts_the_attempt_and_says_so() {
-    let calls = Arc::new(AtomicU32::new(0));
-    let svc = TimeoutLayer::new(Duration::from_secs(30)).layer(hung(calls));
-    let start = Instant::now();
-    let e = svc
-        .oneshot(read(start + Duration::from_millis(1500)))
-        .await
-        .unwrap_err();
+    let (e, took) = cut(Duration::from_secs(30), Duration::from_millis(1500)).await;
     assert_eq!(e.kind(), ErrorKind::Timeout);
-    assert_eq!(start.elapsed(), Duration::from_millis(1500));
+    assert_eq!(took, Duration::from_millis(1500));
     assert!(e.message().contains("reached its deadline"), "{e}");
-
-    // The attempt timeout first: its own message.
-    let calls = Arc::new(AtomicU32::new(0));
-    let svc = TimeoutLayer::new(Duration::from_secs(2)).layer(hung(calls));
-    let start = Instant::now();
-    let e = svc
-        .oneshot(read(start + Duration::from_secs(60)))
-        .await
-        .unwrap_err();
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
-    assert!(e.message().contains("attempt exceeded 2s"), "{e}");
 }
