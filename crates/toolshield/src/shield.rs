@@ -38,13 +38,12 @@ use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use toolshield_validate::{Schema, ValidateLayer};
 use tower::util::{BoxCloneSyncService, MapRequestLayer};
-
-use crate::select::{BoxCall, Optional, Select};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::config::{ShieldConfig, ToolConfig};
 pub use crate::reload::ReloadSummary;
 use crate::reload::{Policies, PolicyCell, Reloading};
+use crate::select::{BoxCall, Optional, Select};
 
 /// A shielded tool behind one type: what the [`ToolRouter`] holds.
 pub type BoxTool = BoxCloneSyncService<ToolRequest, ToolResponse, ToolError>;
