@@ -51,15 +51,40 @@ impl std::fmt::Debug for SlotHandle {
 // implement it, so they never reach the public API.
 #[allow(private_interfaces, private_bounds)]
 pub(crate) mod sealed {
+    use std::sync::Arc;
+
     use super::{BreakerState, SharedHandle, Slot, SlotHandle};
     use crate::registry::BreakerRegistry;
 
     /// What a [`Handle`](super::Handle) does, out of the public API.
-    pub trait Sealed: Sized {
+    pub trait Sealed: Sized + Clone {
         /// The breaker.
         fn state(&self) -> &BreakerState;
-        /// The handle for a call with `key`, from the service's cache or the registry.
-        fn lookup(registry: &BreakerRegistry, cached: &mut Option<Self>, key: &str) -> Self;
+        /// A new handle on `state`.
+        fn of(state: Arc<BreakerState>) -> Self;
+
+        /// The handle for a call with `key`: the service's cached one when it is for
+        /// that key and still live, else one on the registry's breaker for `key`, which
+        /// the service then caches (for a slot, one small allocation per change of key).
+        #[inline(always)]
+        fn lookup(registry: &BreakerRegistry, cached: &mut Option<Self>, key: &str) -> Self {
+            if let Some(handle) = cached {
+                let state = handle.state();
+                if &*state.key == key && state.touch() {
+                    return handle.clone();
+                }
+            }
+            Self::look_up_again(registry, cached, key)
+        }
+
+        /// [`lookup`](Self::lookup)'s way out of the cache, kept off the call's path.
+        #[cold]
+        #[inline(never)]
+        fn look_up_again(registry: &BreakerRegistry, cached: &mut Option<Self>, key: &str) -> Self {
+            let handle = Self::of(registry.get_or_insert(key));
+            *cached = Some(handle.clone());
+            handle
+        }
     }
 
     impl Sealed for SharedHandle {
@@ -68,16 +93,8 @@ pub(crate) mod sealed {
             &self.0
         }
 
-        #[inline(always)]
-        fn lookup(registry: &BreakerRegistry, cached: &mut Option<Self>, key: &str) -> Self {
-            if let Some(s) = cached {
-                if &*s.0.key == key && s.0.touch() {
-                    return s.clone();
-                }
-            }
-            let s = SharedHandle(registry.get_or_insert(key));
-            *cached = Some(s.clone());
-            s
+        fn of(state: Arc<BreakerState>) -> Self {
+            SharedHandle(state)
         }
     }
 
@@ -87,30 +104,14 @@ pub(crate) mod sealed {
             &self.0.state
         }
 
-        /// A pinned service's slot for its key; a call with another key looks that key
-        /// up as usual and gets a slot of its own (one small allocation per change of key).
-        #[inline]
-        fn lookup(registry: &BreakerRegistry, cached: &mut Option<Self>, key: &str) -> Self {
-            if let Some(slot) = cached {
-                if &*slot.0.state.key == key && slot.0.state.touch() {
-                    return slot.clone();
-                }
-            }
-            let slot = SlotHandle(Slot::new(registry.get_or_insert(key)));
-            *cached = Some(slot.clone());
-            slot
+        fn of(state: Arc<BreakerState>) -> Self {
+            SlotHandle(Arc::new(Slot { state }))
         }
     }
 }
 
 impl Handle for SharedHandle {}
 impl Handle for SlotHandle {}
-
-impl Slot {
-    pub(crate) fn new(state: Arc<BreakerState>) -> Arc<Self> {
-        Arc::new(Slot { state })
-    }
-}
 
 /// Holds an admitted call's ticket until its outcome is known. Dropped unfinished (the
 /// caller dropped the future), a half-open probe gives its permit back and records

@@ -7,7 +7,8 @@ use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
 use crate::config::BreakerConfig;
-use crate::future::{Slot, SlotHandle};
+use crate::future::sealed::Sealed;
+use crate::future::SlotHandle;
 use crate::key::ToolKey;
 use crate::registry::BreakerRegistry;
 use crate::service::Breaker;
@@ -144,7 +145,7 @@ impl<S, K: Clone, C: Clone> Layer<S> for PinnedBreakerLayer<K, C> {
             l.key_fn.clone(),
             l.classifier.clone(),
         )
-        .with_cached(Some(SlotHandle(Slot::new(Arc::clone(&self.pinned.0)))))
+        .with_cached(Some(SlotHandle::of(Arc::clone(&self.pinned.0))))
     }
 }
 

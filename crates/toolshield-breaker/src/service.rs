@@ -156,29 +156,16 @@ mod tests {
     use serde_json::json;
     use toolshield_contract::CallKind;
     use toolshield_core::{ToolRequest, ToolResponse};
-    use tower::Layer;
+    use tower::{service_fn, Layer};
 
     use super::*;
     use crate::future::{Slot, SlotHandle};
     use crate::BreakerLayer;
 
-    /// A tool whose calls never finish: the call's future holds its reference as long as
-    /// the test keeps it.
-    #[derive(Clone)]
-    struct Hangs;
-
-    impl Service<ToolRequest> for Hangs {
-        type Response = ToolResponse;
-        type Error = ToolError;
-        type Future = Pending<Result<ToolResponse, ToolError>>;
-
-        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _req: ToolRequest) -> Self::Future {
-            pending()
-        }
+    /// A tool whose calls never finish (wrapped in `service_fn`): the call's future holds
+    /// its reference as long as the test keeps it.
+    fn hangs(_req: ToolRequest) -> Pending<Result<ToolResponse, ToolError>> {
+        pending()
     }
 
     fn request() -> ToolRequest {
@@ -194,8 +181,8 @@ mod tests {
         let registry = BreakerRegistry::default();
         let layer = BreakerLayer::new(registry.clone()).pin_key("weather");
         let state = registry.pinned("weather");
-        let mut a = layer.layer(Hangs);
-        let b = layer.layer(Hangs);
+        let mut a = layer.layer(service_fn(hangs));
+        let b = layer.layer(service_fn(hangs));
         let a2 = a.clone();
         // Each built service has a slot of its own; a clone shares its service's.
         let (sa, sb, sa2) = (
@@ -223,7 +210,7 @@ mod tests {
         let registry = BreakerRegistry::default();
         let mut svc = BreakerLayer::new(registry.clone())
             .pin_key("weather")
-            .layer(Hangs);
+            .layer(service_fn(hangs));
         let other = ToolRequest::new("search", json!({})).kind(CallKind::ReadOnly);
         let call = svc.call(other);
         assert!(
