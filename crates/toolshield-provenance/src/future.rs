@@ -14,7 +14,21 @@ use toolshield_core::{
 };
 use uuid::Uuid;
 
-use crate::layer::Settings;
+/// The names a call's provenance is stamped with: its tool, and the source configured
+/// for it (`None`: the tool is its own source). Given to the response, not cloned again.
+pub(crate) struct Names {
+    pub(crate) tool: Arc<str>,
+    pub(crate) source: Option<Arc<str>>,
+}
+
+impl Names {
+    /// The tool and its source, the source a second reference on the tool when none is
+    /// configured.
+    fn into_pair(self) -> (Arc<str>, Arc<str>) {
+        let source = self.source.unwrap_or_else(|| Arc::clone(&self.tool));
+        (self.tool, source)
+    }
+}
 
 pin_project! {
     /// The future of [`Provenance`](crate::Provenance).
@@ -22,11 +36,12 @@ pin_project! {
         #[pin]
         inner: F,
         start: Instant,
-        tool: Arc<str>,
+        // Taken when the result is stamped.
+        names: Option<Names>,
         trace_id: Option<Arc<str>>,
         execution_id: Uuid,
         progress: Option<Progress>,
-        settings: Arc<Settings>,
+        digest: bool,
     }
 }
 
@@ -35,20 +50,20 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn new(
         inner: F,
         start: Instant,
-        tool: Arc<str>,
+        names: Names,
         trace_id: Option<Arc<str>>,
         execution_id: Uuid,
         progress: Option<Progress>,
-        settings: Arc<Settings>,
+        digest: bool,
     ) -> Self {
         ResponseFuture {
             inner,
             start,
-            tool,
+            names: Some(names),
             trace_id,
             execution_id,
             progress,
-            settings,
+            digest,
         }
     }
 }
@@ -56,7 +71,7 @@ impl<F> ResponseFuture<F> {
 impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("tool", &self.tool)
+            .field("tool", &self.names.as_ref().map(|n| &n.tool))
             .finish_non_exhaustive()
     }
 }
@@ -71,6 +86,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
+        let Some(names) = this.names.take() else {
+            return Poll::Ready(Err(ToolError::internal(
+                "provenance future polled after completion",
+            )));
+        };
         // The one clock read on the way out: the duration (which the metrics layer outside
         // reads off the response) and the wall-clock stamp (derived from it).
         let end = time::now();
@@ -80,10 +100,10 @@ where
                 stamp(
                     &mut resp,
                     (end, elapsed),
-                    this.tool,
+                    names,
                     this.trace_id,
                     *this.execution_id,
-                    this.settings,
+                    *this.digest,
                 );
                 if let Some(progress) = this.progress.as_ref() {
                     stamp_progress(&mut resp, progress);
@@ -103,7 +123,8 @@ where
                 Err(if e.provenance_tool().is_some() {
                     e
                 } else {
-                    e.with_provenance(Arc::clone(this.tool), this.settings.source_of(this.tool))
+                    let (tool, source) = names.into_pair();
+                    e.with_provenance(tool, source)
                 })
             }
         })
@@ -131,12 +152,12 @@ fn stamp_progress(resp: &mut ToolResponse, progress: &Progress) {
 fn stamp(
     resp: &mut ToolResponse,
     (end, elapsed): (Instant, Duration),
-    tool: &Arc<str>,
+    names: Names,
     trace_id: &Option<Arc<str>>,
     execution_id: Uuid,
-    settings: &Settings,
+    digest: bool,
 ) {
-    let digest = if settings.digest && resp.provenance.response_digest.is_none() {
+    let digest = if digest && resp.provenance.response_digest.is_none() {
         match payload_digest(&resp.output) {
             Ok(d) => Some(d),
             Err(e) => {
@@ -149,11 +170,17 @@ fn stamp(
     };
     // Boxed here, once, if nothing inside wrote to it yet.
     let p: &mut Provenance = &mut resp.provenance;
-    if p.tool.is_none() {
-        p.tool = Some(Arc::clone(tool));
-    }
-    if p.source.is_none() {
-        p.source = Some(settings.source_of(tool));
+    // What the tool or a layer inside named stays; the names fill in the rest, moved in
+    // (a second reference on the tool only when it is its own source and both are blank).
+    match (p.tool.is_none(), p.source.is_none()) {
+        (true, true) => {
+            let (tool, source) = names.into_pair();
+            p.tool = Some(tool);
+            p.source = Some(source);
+        }
+        (true, false) => p.tool = Some(names.tool),
+        (false, true) => p.source = Some(names.source.unwrap_or(names.tool)),
+        (false, false) => {}
     }
     if p.fetched_at.is_none() {
         p.fetched_at = Some(utc_at(end));

@@ -24,11 +24,6 @@ impl Settings {
         }
         self.sources.get(tool).or(self.source.as_ref())
     }
-
-    /// The source stamped for `tool`: the one configured for it, else the tool itself.
-    pub(crate) fn source_of(&self, tool: &Arc<str>) -> Arc<str> {
-        Arc::clone(self.source_for(tool).unwrap_or(tool))
-    }
 }
 
 /// Stamps complete [`Provenance`](toolshield_core::Provenance) on every response and

@@ -7,7 +7,7 @@ use toolshield_core::time;
 use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
-use crate::future::ResponseFuture;
+use crate::future::{Names, ResponseFuture};
 use crate::layer::Settings;
 
 /// Stamps provenance on the responses of the inner service; built by
@@ -64,16 +64,19 @@ where
             progress.clone()
         });
         let tool = Arc::clone(req.tool_arc());
+        // The configured source, if any, resolved now: the future holds what it stamps,
+        // not the layer's settings (no shared count written per call).
+        let source = self.settings.source_for(&tool).cloned();
         let trace_id = req.meta().trace_id.clone();
         let execution_id = req.execution_id();
         ResponseFuture::new(
             self.inner.call(req),
             start,
-            tool,
+            Names { tool, source },
             trace_id,
             execution_id,
             progress,
-            Arc::clone(&self.settings),
+            self.settings.digest,
         )
     }
 }
