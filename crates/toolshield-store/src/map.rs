@@ -76,6 +76,39 @@ struct Entry<V> {
     referenced: AtomicBool,
 }
 
+/// What a write takes out of a shard under its lock (evicted or replaced entries and
+/// values), dropped by the caller after the lock is released: freeing a value, its key
+/// and what they own is not done while other callers wait for the shard. One entry or
+/// value, the common case, is kept without an allocation.
+struct Evicted<V> {
+    entry: Option<Entry<V>>,
+    value: Option<V>,
+    more: Vec<Entry<V>>,
+}
+
+impl<V> Evicted<V> {
+    fn new() -> Self {
+        Evicted {
+            entry: None,
+            value: None,
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, entry: Option<Entry<V>>) {
+        let Some(entry) = entry else { return };
+        match self.entry {
+            None => self.entry = Some(entry),
+            Some(_) => self.more.push(entry),
+        }
+    }
+
+    /// A replaced value (only one per write).
+    fn push_value(&mut self, value: V) {
+        self.value = Some(value);
+    }
+}
+
 /// A shard under its lock, on lines of its own: two workers writing neighbouring shards
 /// do not take each other's lines.
 #[repr(align(128))]
@@ -143,8 +176,9 @@ impl<V> Shard<V> {
     }
 
     /// Evicts until one more entry of `weight` bytes fits: expired entries first as the
-    /// hand meets them, then entries not read since the hand last passed (CLOCK).
-    fn make_room(&mut self, weight: u64, now: Instant) {
+    /// hand meets them, then entries not read since the hand last passed (CLOCK). The
+    /// evicted entries go to `evicted`, to be freed once the shard's lock is released.
+    fn make_room(&mut self, weight: u64, now: Instant, evicted: &mut Evicted<V>) {
         while !self.index.is_empty()
             && (self.index.len() >= self.max_entries || self.bytes + weight > self.max_bytes)
         {
@@ -153,13 +187,15 @@ impl<V> Shard<V> {
             }
             let pos = self.hand;
             self.hand += 1;
-            let evict = match &self.slots[pos] {
+            // The write lock is held: the read mark is cleared with a plain write, not an
+            // atomic swap.
+            let evict = match &mut self.slots[pos] {
                 None => false,
                 Some(e) if now >= e.deadline => true,
-                Some(e) => !e.referenced.swap(false, Ordering::Relaxed),
+                Some(e) => !std::mem::take(e.referenced.get_mut()),
             };
             if evict {
-                self.remove_at(pos);
+                evicted.push(self.remove_at(pos));
             }
         }
     }
@@ -177,6 +213,7 @@ impl<V> Shard<V> {
         ttl: Duration,
         linger: Duration,
         now: Instant,
+        evicted: &mut Evicted<V>,
     ) -> bool {
         // An entry already there (`at`, its slot, when the caller looked it up) whose
         // replacement fits the bytes it frees (the count is unchanged) is overwritten in
@@ -187,7 +224,7 @@ impl<V> Shard<V> {
                 let bytes = self.bytes - entry.weight + weight;
                 if weight <= self.max_bytes && bytes <= self.max_bytes {
                     let deadline = deadline_after(now, ttl);
-                    entry.value = value;
+                    evicted.push_value(std::mem::replace(&mut entry.value, value));
                     entry.deadline = deadline;
                     entry.keep_until = deadline_after(deadline, linger);
                     entry.weight = weight;
@@ -203,11 +240,16 @@ impl<V> Shard<V> {
             None => None,
         };
         if weight > self.max_bytes {
+            evicted.push(old);
+            evicted.push_value(value);
             return false;
         }
-        self.make_room(weight, now);
+        self.make_room(weight, now, evicted);
         let key = match old {
-            Some(old) => old.key,
+            Some(old) => {
+                evicted.push_value(old.value);
+                old.key
+            }
             None => Arc::from(key),
         };
         let deadline = deadline_after(now, ttl);
@@ -402,9 +444,10 @@ impl<V> TtlMap<V> {
         };
         if stale {
             // Expired for good: free it now rather than when the hand comes round.
+            let mut evicted = Evicted::new();
             let mut guard = Self::write(shard);
             if guard.entry(hash, key).is_some_and(|e| now >= e.keep_until) {
-                guard.remove(hash, key);
+                evicted.push(guard.remove(hash, key));
             }
         }
         None
@@ -415,9 +458,13 @@ impl<V> TtlMap<V> {
     /// all the same). A zero `ttl` stores an entry that is never live.
     pub fn insert(&self, key: &str, value: V, weight: u64, ttl: Duration) -> bool {
         let hash = self.hash(key);
+        // The clock is read before the lock is taken, and what the write takes out is
+        // freed after it is released.
+        let now = time::now();
+        let mut evicted = Evicted::new();
         let mut guard = Self::write(self.shard(hash));
         let at = guard.find(hash, key);
-        guard.put(
+        let stored = guard.put(
             key,
             hash,
             at,
@@ -425,8 +472,12 @@ impl<V> TtlMap<V> {
             weight,
             ttl,
             Duration::ZERO,
-            time::now(),
-        )
+            now,
+            &mut evicted,
+        );
+        drop(guard);
+        drop(evicted);
+        stored
     }
 
     /// Reads and writes the entry of `key` atomically (under the shard's write lock): `f`
@@ -446,6 +497,8 @@ impl<V> TtlMap<V> {
         f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R),
     ) -> R {
         let hash = self.hash(key);
+        // Declared before the guard: dropped after the lock is released.
+        let mut evicted = Evicted::new();
         let mut guard = Self::write(self.shard(hash));
         // One lookup of the key: the slot serves the write too.
         let at = guard.find(hash, key);
@@ -462,7 +515,7 @@ impl<V> TtlMap<V> {
         match (write, at) {
             (Write::Keep, _) | (Write::Remove | Write::Touch { .. }, None) => {}
             (Write::Remove, Some(pos)) => {
-                guard.remove_at(pos);
+                evicted.push(guard.remove_at(pos));
             }
             (
                 Write::Touch {
@@ -481,7 +534,7 @@ impl<V> TtlMap<V> {
                 },
                 at,
             ) => {
-                guard.put(key, hash, at, value, weight, ttl, linger, now);
+                guard.put(key, hash, at, value, weight, ttl, linger, now, &mut evicted);
             }
         }
         out
@@ -491,9 +544,9 @@ impl<V> TtlMap<V> {
     pub fn remove(&self, key: &str) -> bool {
         let now = time::now();
         let hash = self.hash(key);
-        Self::write(self.shard(hash))
-            .remove(hash, key)
-            .is_some_and(|e| now < e.deadline)
+        // Taken out under the lock, freed after it.
+        let removed = Self::write(self.shard(hash)).remove(hash, key);
+        removed.is_some_and(|e| now < e.deadline)
     }
 
     /// The number of entries, expired ones not yet freed included.

@@ -196,3 +196,79 @@ mod model {
         }
     }
 }
+
+/// A value whose drop reads the map it was stored in (a value holding a handle that
+/// reports to the store when released, say).
+struct ReadsTheMapOnDrop;
+
+static REENTRANT: std::sync::OnceLock<TtlMap<ReadsTheMapOnDrop>> = std::sync::OnceLock::new();
+static DROPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Drop for ReadsTheMapOnDrop {
+    fn drop(&mut self) {
+        if let Some(map) = REENTRANT.get() {
+            // Takes every shard's read lock: under a write lock of this thread it would
+            // never return.
+            let _ = map.len();
+        }
+        DROPPED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Every way a write takes a value out (eviction, replacement, removal, a heavier value,
+/// an expired entry met by a read) frees it after the shard's lock is released: a value
+/// whose drop reads the map does not deadlock, and freeing an evicted response is never
+/// done while other callers wait for the shard.
+#[test]
+fn values_taken_out_by_a_write_are_dropped_after_the_lock_is_released() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // One shard of one entry and 100 bytes.
+        let map = REENTRANT.get_or_init(|| TtlMap::new(MemoryBounds::new(1, 100)));
+        let v = || ReadsTheMapOnDrop;
+        map.insert("a", v(), 10, MIN);
+        map.insert("b", v(), 10, MIN); // evicts `a`
+        assert_eq!(DROPPED.load(SeqCst), 1, "eviction");
+        map.insert("b", v(), 10, MIN); // replaces in place
+        assert_eq!(DROPPED.load(SeqCst), 2, "replacement");
+        assert!(!map.insert("b", v(), 1_000, MIN)); // heavier than the map: the old one goes
+        assert_eq!(DROPPED.load(SeqCst), 4, "a heavier value and the old one");
+        map.update("d", |_| {
+            (
+                Write::Put {
+                    value: v(),
+                    weight: 10,
+                    ttl: MIN,
+                    linger: Duration::ZERO,
+                },
+                (),
+            )
+        });
+        map.update("d", |_| {
+            (
+                Write::Put {
+                    value: v(),
+                    weight: 10,
+                    ttl: MIN,
+                    linger: Duration::ZERO,
+                },
+                (),
+            )
+        });
+        assert_eq!(DROPPED.load(SeqCst), 5, "replacement through update");
+        map.update("d", |_| (Write::Remove, ()));
+        assert_eq!(DROPPED.load(SeqCst), 6, "removal through update");
+        map.insert("e", v(), 10, MIN);
+        assert!(map.remove("e"));
+        assert_eq!(DROPPED.load(SeqCst), 7, "removal");
+        map.insert("f", v(), 10, Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(map.get("f", |_, _| ()).is_none());
+        assert_eq!(DROPPED.load(SeqCst), 8, "an expired entry met by a read");
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a value dropped under the shard's write lock deadlocked (or the thread failed)");
+}
