@@ -106,4 +106,14 @@ impl CacheStore for InMemoryCacheStore {
     fn answers_now(&self) -> bool {
         true
     }
+
+    fn try_put_now(
+        &self,
+        key: &str,
+        response: ToolResponse,
+        ttl: Duration,
+    ) -> Result<(), ToolResponse> {
+        self.put_now(key, response, ttl);
+        Ok(())
+    }
 }

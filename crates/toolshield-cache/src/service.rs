@@ -170,10 +170,12 @@ where
             }
             if !resp.is_error() {
                 let ttl = policy.ttl.saturating_add(policy.stale_if_error);
-                let put = shared.store.put(&key, resp.clone(), ttl);
-                if let Err(e) = put.await {
-                    shared.counters.store_errors.bump();
-                    tracing::warn!(error = %e, "cache store unavailable: result not cached");
+                // At once where the store can (no boxed future), else through `put`.
+                if let Err(copy) = shared.store.try_put_now(&key, resp.clone(), ttl) {
+                    if let Err(e) = shared.store.put(&key, copy, ttl).await {
+                        shared.counters.store_errors.bump();
+                        tracing::warn!(error = %e, "cache store unavailable: result not cached");
+                    }
                 }
             }
         }

@@ -66,4 +66,18 @@ pub trait CacheStore: Send + Sync + 'static {
     fn answers_now(&self) -> bool {
         false
     }
+
+    /// Stores `response` under `key` for `ttl` without I/O, when the store can (an
+    /// in-memory store): the layer then writes a miss's result with no boxed future.
+    /// `Err(response)` hands the response back when the store cannot (the default): the
+    /// layer writes it through [`put`](Self::put) as usual. It must do what `put` would.
+    fn try_put_now(
+        &self,
+        key: &str,
+        response: ToolResponse,
+        ttl: Duration,
+    ) -> Result<(), ToolResponse> {
+        let _ = (key, ttl);
+        Err(response)
+    }
 }

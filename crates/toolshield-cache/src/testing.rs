@@ -231,6 +231,48 @@ pub mod contract {
         zero_ttl_stores_nothing(&make()).await;
         remove_deletes(&make()).await;
         lookup_now_agrees_with_get(&make()).await;
+        try_put_now_agrees_with_put(&make()).await;
+    }
+
+    /// `try_put_now`, where the store takes it, does what `put` does: the entry reads
+    /// back unchanged through `get`, replaces an older one, expires after its TTL, and a
+    /// zero TTL stores nothing. A store that declines hands the response back unchanged.
+    pub async fn try_put_now_agrees_with_put<S: CacheStore + ?Sized>(s: &S) {
+        let k = key("put-now");
+        let r = response();
+        if let Err(back) = s.try_put_now(&k, r.clone(), TTL) {
+            assert_eq!(back, r, "a declined response must come back unchanged");
+            return;
+        }
+        let got = ok(s.get(&k).await, "get").expect("an entry stored at once must be found");
+        assert_eq!(
+            got.response, r,
+            "what was stored at once must read back unchanged"
+        );
+        assert!(
+            got.ttl_left <= TTL && got.ttl_left > TTL / 2,
+            "ttl_left {:?} must be close to {TTL:?}",
+            got.ttl_left
+        );
+        let mut newer = response();
+        newer.output = json!({"temp": 3});
+        assert!(s.try_put_now(&k, newer.clone(), TTL).is_ok());
+        let got = ok(s.get(&k).await, "get").expect("the newer entry");
+        assert_eq!(
+            got.response, newer,
+            "a second write at once must replace the first"
+        );
+        let zero = key("put-now-zero");
+        assert!(s.try_put_now(&zero, response(), Duration::ZERO).is_ok());
+        assert!(
+            ok(s.get(&zero).await, "get").is_none(),
+            "a zero TTL stores nothing"
+        );
+        sleep(TTL + TTL / 2).await;
+        assert!(
+            ok(s.get(&k).await, "get").is_none(),
+            "an entry stored at once must expire after its TTL"
+        );
     }
 
     /// `lookup_now`, where the store answers it, answers what `get` does: the entry and
