@@ -40,6 +40,7 @@ pub mod names;
 pub mod otel;
 mod prometheus;
 mod service;
+mod striped;
 mod target;
 
 pub use future::{AttemptFuture, ResponseFuture};

@@ -2,13 +2,12 @@
 //! exposition, drain histogram samples periodically, and refresh collectors before each
 //! render.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use metrics::{
-    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SetRecorderError,
-    SharedString, Unit,
+    Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SetRecorderError, SharedString,
+    Unit,
 };
 use metrics_exporter_prometheus::{
     BuildError, Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
@@ -16,6 +15,7 @@ use metrics_exporter_prometheus::{
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::names::TOOL_DURATION_SECONDS;
+use crate::striped::Stripes;
 use crate::target::MetricsTarget;
 
 /// The `content-type` of the Prometheus text exposition format.
@@ -43,22 +43,26 @@ pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// (about 1 MiB at 16 bytes each).
 pub const DRAIN_EVERY: u64 = 1 << 16;
 
-/// The recorder an exporter builds: the Prometheus recorder, whose histogram handles
-/// drain it every [`DRAIN_EVERY`] samples.
+/// The recorder an exporter builds: the Prometheus recorder, whose counters and
+/// histograms are recorded into cells of the recording thread ([`Stripes`]) that the
+/// exporter adds to the recorder's before a render or an upkeep, and whose histogram
+/// handles drain it every [`DRAIN_EVERY`] samples.
 struct Draining {
     inner: PrometheusRecorder,
     handle: PrometheusHandle,
+    stripes: Arc<Stripes>,
 }
 
 impl Draining {
-    /// Wraps `inner`, with the handle that drains it.
-    fn new(inner: PrometheusRecorder) -> (Self, PrometheusHandle) {
+    fn new(inner: PrometheusRecorder) -> (Self, PrometheusHandle, Arc<Stripes>) {
         let handle = inner.handle();
+        let stripes = Arc::new(Stripes::default());
         let recorder = Draining {
             inner,
             handle: handle.clone(),
+            stripes: Arc::clone(&stripes),
         };
-        (recorder, handle)
+        (recorder, handle, stripes)
     }
 }
 
@@ -76,7 +80,8 @@ impl Recorder for Draining {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        self.inner.register_counter(key, metadata)
+        self.stripes
+            .counter(self.inner.register_counter(key, metadata))
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
@@ -84,31 +89,10 @@ impl Recorder for Draining {
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        Histogram::from_arc(Arc::new(DrainingHistogram {
-            inner: self.inner.register_histogram(key, metadata),
-            recorded: AtomicU64::new(0),
-            handle: self.handle.clone(),
-        }))
-    }
-}
-
-/// A histogram handle that drains its recorder every [`DRAIN_EVERY`] samples.
-struct DrainingHistogram {
-    inner: Histogram,
-    recorded: AtomicU64,
-    handle: PrometheusHandle,
-}
-
-impl HistogramFn for DrainingHistogram {
-    fn record(&self, value: f64) {
-        self.inner.record(value);
-        // A load and a store, not a read-modify-write: two threads recording at once may
-        // count one sample between them, which only puts the drain off a little.
-        let n = self.recorded.load(Ordering::Relaxed).wrapping_add(1);
-        self.recorded.store(n, Ordering::Relaxed);
-        if n.is_multiple_of(DRAIN_EVERY) {
-            self.handle.run_upkeep();
-        }
+        self.stripes.histogram(
+            self.inner.register_histogram(key, metadata),
+            self.handle.clone(),
+        )
     }
 }
 
@@ -156,6 +140,9 @@ pub struct PrometheusExporter {
 /// What the clones of one exporter share.
 struct Shared {
     collectors: RwLock<Vec<Arc<dyn Collect>>>,
+    /// The per-thread cells of the recorder this exporter built, flushed before every
+    /// render and upkeep (`None` for a recorder given to `from_parts`).
+    stripes: Option<Arc<Stripes>>,
     /// The running upkeep task, if any.
     upkeep: Mutex<Option<AbortHandle>>,
 }
@@ -204,12 +191,13 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 /// the exporter's own upkeep task (see [`PrometheusExporter`]), started here when called
 /// inside a tokio runtime, otherwise the first time the exporter is used inside one.
 pub fn install_prometheus() -> Result<PrometheusExporter, BuildError> {
-    let (recorder, handle) = Draining::new(builder()?.build_recorder());
+    let (recorder, handle, stripes) = Draining::new(builder()?.build_recorder());
     metrics::set_global_recorder(recorder)
         .map_err(|e| BuildError::from(SetRecorderError(e.into_inner().inner)))?;
-    Ok(PrometheusExporter::from_parts(
+    Ok(PrometheusExporter::with_stripes(
         handle,
         MetricsTarget::Global,
+        Some(stripes),
     ))
 }
 
@@ -222,19 +210,32 @@ pub fn local_prometheus() -> PrometheusExporter {
         // The buckets are constant and valid; fall back to summaries rather than panic.
         Err(_) => PrometheusBuilder::new().build_recorder(),
     };
-    let (recorder, handle) = Draining::new(recorder);
-    PrometheusExporter::from_parts(handle, MetricsTarget::recorder(Arc::new(recorder)))
+    let (recorder, handle, stripes) = Draining::new(recorder);
+    PrometheusExporter::with_stripes(
+        handle,
+        MetricsTarget::recorder(Arc::new(recorder)),
+        Some(stripes),
+    )
 }
 
 impl PrometheusExporter {
     /// An exporter from a handle you built yourself, and the target its recorder is
     /// reached by. Inside a tokio runtime, starts the upkeep task.
     pub fn from_parts(handle: PrometheusHandle, target: MetricsTarget) -> Self {
+        Self::with_stripes(handle, target, None)
+    }
+
+    fn with_stripes(
+        handle: PrometheusHandle,
+        target: MetricsTarget,
+        stripes: Option<Arc<Stripes>>,
+    ) -> Self {
         let exporter = PrometheusExporter {
             handle,
             target,
             shared: Arc::new(Shared {
                 collectors: RwLock::new(Vec::new()),
+                stripes,
                 upkeep: Mutex::new(None),
             }),
         };
@@ -249,7 +250,9 @@ impl PrometheusExporter {
         self.target.clone()
     }
 
-    /// The underlying handle.
+    /// The underlying handle. Render through [`render`](Self::render): the handle's own
+    /// `render` does not see what the recorder's per-thread cells took since the last
+    /// render or upkeep.
     pub fn handle(&self) -> &PrometheusHandle {
         &self.handle
     }
@@ -277,6 +280,7 @@ impl PrometheusExporter {
         for c in &collectors {
             c.collect();
         }
+        self.flush();
         let mut text = self.handle.render();
         for c in &collectors {
             c.render(&mut text);
@@ -287,7 +291,15 @@ impl PrometheusExporter {
     /// Drains histogram samples into their buckets (and expires idle series when
     /// configured). [`render`](Self::render) and the upkeep task do it too.
     pub fn run_upkeep(&self) {
+        self.flush();
         self.handle.run_upkeep();
+    }
+
+    /// Adds what the recorder's per-thread cells hold to its metrics.
+    fn flush(&self) {
+        if let Some(stripes) = &self.shared.stripes {
+            stripes.flush();
+        }
     }
 
     /// Whether an upkeep task of this exporter is running.
@@ -330,6 +342,7 @@ impl PrometheusExporter {
     /// record into the recorder any more.
     fn upkeep_loop(&self, every: Duration) -> impl std::future::Future<Output = ()> + Send {
         let handle = self.handle.clone();
+        let stripes = self.shared.stripes.clone();
         let liveness = match &self.target {
             MetricsTarget::Recorder(r) => Liveness::Recorder(Arc::downgrade(r)),
             MetricsTarget::Global => Liveness::Exporter(Arc::downgrade(&self.shared)),
@@ -343,6 +356,9 @@ impl PrometheusExporter {
                 tick.tick().await;
                 if !liveness.alive() {
                     break;
+                }
+                if let Some(stripes) = &stripes {
+                    stripes.flush();
                 }
                 handle.run_upkeep();
             }
