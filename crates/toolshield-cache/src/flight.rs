@@ -38,10 +38,24 @@ const SHARDS: usize = 16;
 #[repr(align(128))]
 struct Shard(Mutex<HashTable<Arc<Flight>>>);
 
-/// The outcome of [`Flights::join`].
-pub(crate) enum Join<'a> {
+/// Where a [`Leader`] finds the flight table it ends its flight in: borrowed from what the
+/// caller owns (`&Flights`), or owned with the layer's state, for a leader made in `call`
+/// and kept by its future.
+pub(crate) trait FlightsRef {
+    /// The table.
+    fn flights(&self) -> &Flights;
+}
+
+impl FlightsRef for &Flights {
+    fn flights(&self) -> &Flights {
+        self
+    }
+}
+
+/// The outcome of [`join`].
+pub(crate) enum Join<R: FlightsRef> {
     /// No flight for this key: the caller runs the tool and must finish the flight.
-    Lead(Leader<'a>),
+    Lead(Leader<R>),
     /// A flight is running: wait for its result.
     Follow(Follower),
 }
@@ -53,12 +67,12 @@ impl Flights {
         shard.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Joins the flight for `key`, or starts one.
-    pub(crate) fn join<'a>(&'a self, key: &str) -> Join<'a> {
+    /// Joins the flight for `key` as a follower, or starts one (`Ok`, the new flight).
+    fn enter(&self, key: &str) -> Result<Arc<Flight>, Follower> {
         let hash = self.hasher.hash_one(key);
         let mut map = self.lock(hash);
         if let Some(flight) = map.find(hash, |f| *f.key == *key) {
-            return Join::Follow(Follower {
+            return Err(Follower {
                 flight: Arc::clone(flight),
             });
         }
@@ -70,10 +84,7 @@ impl Flights {
             done: Notify::new(),
         });
         map.insert_unique(hash, Arc::clone(&flight), |f| f.hash);
-        Join::Lead(Leader {
-            flights: self,
-            flight: Some(flight),
-        })
+        Ok(flight)
     }
 
     #[cfg(test)]
@@ -82,6 +93,18 @@ impl Flights {
             .iter()
             .map(|s| s.0.lock().map_or(0, |m| m.len()))
             .sum()
+    }
+}
+
+/// Joins the flight for `key` in the table `holder` leads to, or starts one; a leader
+/// keeps `holder`.
+pub(crate) fn join<R: FlightsRef>(holder: R, key: &str) -> Join<R> {
+    match holder.flights().enter(key) {
+        Ok(flight) => Join::Lead(Leader {
+            flights: holder,
+            flight: Some(flight),
+        }),
+        Err(follower) => Join::Follow(follower),
     }
 }
 
@@ -109,17 +132,22 @@ impl Follower {
 /// The leader's side of a flight. Dropped without [`finish`](Leader::finish) (the call was
 /// dropped), or finished with `CANCELLED`, it ends the flight with no result: the
 /// followers wake and one of them leads a new flight.
-pub(crate) struct Leader<'a> {
-    flights: &'a Flights,
+pub(crate) struct Leader<R: FlightsRef> {
+    flights: R,
     flight: Option<Arc<Flight>>,
 }
 
-impl Leader<'_> {
+impl<R: FlightsRef> Leader<R> {
+    /// What leads to the table (for a leader made in `call`, the layer's state).
+    pub(crate) fn holder(&self) -> &R {
+        &self.flights
+    }
+
     /// Removes this leader's flight from the map (not a later flight for the same key);
     /// from then on no caller can join it.
     fn end(&mut self) -> Option<Arc<Flight>> {
         let flight = self.flight.take()?;
-        let mut map = self.flights.lock(flight.hash);
+        let mut map = self.flights.flights().lock(flight.hash);
         if let Ok(found) = map.find_entry(flight.hash, |f| Arc::ptr_eq(f, &flight)) {
             found.remove();
         }
@@ -151,7 +179,7 @@ fn wake(flight: &Flight) {
     flight.done.notify_waiters();
 }
 
-impl Drop for Leader<'_> {
+impl<R: FlightsRef> Drop for Leader<R> {
     fn drop(&mut self) {
         // Ends the flight with no result: the followers look again.
         if let Some(flight) = self.end() {
@@ -167,10 +195,10 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_leader_leaves_no_flight_behind() {
         let flights = Flights::default();
-        let Join::Lead(leader) = flights.join("k") else {
+        let Join::Lead(leader) = join(&flights, "k") else {
             panic!("the first caller leads");
         };
-        let Join::Follow(follower) = flights.join("k") else {
+        let Join::Follow(follower) = join(&flights, "k") else {
             panic!("the second caller follows");
         };
         drop(leader);
@@ -180,7 +208,7 @@ mod tests {
             "the follower sees the flight end without a result"
         );
         assert!(
-            matches!(flights.join("k"), Join::Lead(_)),
+            matches!(join(&flights, "k"), Join::Lead(_)),
             "the next caller leads"
         );
     }
@@ -188,10 +216,10 @@ mod tests {
     #[tokio::test]
     async fn a_finished_leader_hands_its_result_to_followers() {
         let flights = Flights::default();
-        let Join::Lead(leader) = flights.join("k") else {
+        let Join::Lead(leader) = join(&flights, "k") else {
             panic!("the first caller leads");
         };
-        let Join::Follow(follower) = flights.join("k") else {
+        let Join::Follow(follower) = join(&flights, "k") else {
             panic!("the second caller follows");
         };
         let waiting = tokio::spawn(follower.wait());
@@ -205,10 +233,10 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_leader_hands_nothing_over() {
         let flights = Flights::default();
-        let Join::Lead(leader) = flights.join("k") else {
+        let Join::Lead(leader) = join(&flights, "k") else {
             panic!("the first caller leads");
         };
-        let Join::Follow(follower) = flights.join("k") else {
+        let Join::Follow(follower) = join(&flights, "k") else {
             panic!("the second caller follows");
         };
         assert!(!leader.finish(&Err(ToolError::cancelled("the caller gave up"))));
@@ -217,22 +245,22 @@ mod tests {
             follower.wait().await.is_none(),
             "the follower gets no result, not the leader's CANCELLED"
         );
-        assert!(matches!(flights.join("k"), Join::Lead(_)));
+        assert!(matches!(join(&flights, "k"), Join::Lead(_)));
     }
 
     #[test]
     fn a_leader_copies_its_result_only_for_followers() {
         let flights = Flights::default();
         let ok = Ok(ToolResponse::new(serde_json::json!(1)));
-        let Join::Lead(alone) = flights.join("k") else {
+        let Join::Lead(alone) = join(&flights, "k") else {
             panic!("the first caller leads");
         };
         assert!(!alone.finish(&ok), "no follower: nothing copied");
 
-        let Join::Lead(leader) = flights.join("k") else {
+        let Join::Lead(leader) = join(&flights, "k") else {
             panic!("the next caller leads a new flight");
         };
-        let Join::Follow(_follower) = flights.join("k") else {
+        let Join::Follow(_follower) = join(&flights, "k") else {
             panic!("the second caller follows");
         };
         assert!(leader.finish(&ok), "a follower: the result is handed over");
@@ -241,16 +269,16 @@ mod tests {
     #[test]
     fn a_leader_ends_only_its_own_flight() {
         let flights = Flights::default();
-        let Join::Lead(first) = flights.join("cache:{a}:-:1") else {
+        let Join::Lead(first) = join(&flights, "cache:{a}:-:1") else {
             panic!("the first key's caller leads");
         };
-        let Join::Lead(second) = flights.join("cache:{a}:-:2") else {
+        let Join::Lead(second) = join(&flights, "cache:{a}:-:2") else {
             panic!("another key has a flight of its own");
         };
         assert!(!first.finish(&Ok(ToolResponse::new(serde_json::json!(1)))));
         assert_eq!(flights.len(), 1, "the other key's flight is still there");
         assert!(
-            matches!(flights.join("cache:{a}:-:2"), Join::Follow(_)),
+            matches!(join(&flights, "cache:{a}:-:2"), Join::Follow(_)),
             "a caller of the other key still follows its leader"
         );
         drop(second);

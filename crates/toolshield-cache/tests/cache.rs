@@ -736,9 +736,10 @@ async fn after_a_dropped_leader_a_follower_looks_the_key_up_again() {
 
 #[tokio::test(start_paused = true)]
 async fn an_entry_stored_between_call_and_the_first_poll_is_found() {
-    // `call` found nothing at once; the entry is stored before the future is polled. The
-    // full path looks again when first polled and answers the entry: the tool never runs.
-    let store = Arc::new(TestStore::new(Answers::EveryKeyAtOnce));
+    // A store that does not answer every key at once (`call` found nothing there, which
+    // is not yet a miss): the full path looks again when first polled and answers the
+    // entry stored meanwhile; the tool never runs.
+    let store = Arc::new(TestStore::new(Answers::FoundAtOnce));
     let layer = CacheLayer::with_store(
         CacheConfig::default().with_ttl(Duration::from_secs(60)),
         Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
@@ -752,4 +753,60 @@ async fn an_entry_stored_between_call_and_the_first_poll_is_found() {
     assert_eq!(n_of(&got), json!("stored"));
     assert!(got.provenance.cache_hit);
     assert_eq!(calls.load(Ordering::SeqCst), 0, "the tool did not run");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_miss_leads_its_flight_from_call_and_a_later_caller_follows_it() {
+    // A store that answers every key at once: a miss is decided in `call`, which joins
+    // the key's flight there and calls the tool with the service it was given. A second
+    // caller that comes before the first future is even polled follows that flight: the
+    // tool runs once, both get its answer, the second as coalesced.
+    let store = Arc::new(TestStore::new(Answers::EveryKeyAtOnce));
+    let layer = CacheLayer::with_store(
+        CacheConfig::default().with_ttl(Duration::from_secs(60)),
+        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
+    )
+    .expect("valid config");
+    let handle = layer.handle();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = layer.layer(counting_tool(&calls, Duration::from_secs(1), ok_n));
+    let first = tower::Service::call(svc.ready().await.expect("ready"), weather());
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the leader called the tool in call"
+    );
+    let second = tokio::spawn(svc.clone().oneshot(weather()));
+    tokio::task::yield_now().await;
+    let (a, b) = tokio::join!(first, second);
+    let (a, b) = (a.expect("leader"), b.expect("join").expect("follower"));
+    assert_eq!(n_of(&a), json!(1));
+    assert_eq!(n_of(&b), json!(1), "the follower got the leader's answer");
+    assert!(!a.provenance.cache_hit && b.provenance.cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the tool ran once");
+    let counts = handle.counts();
+    assert_eq!((counts.misses, counts.coalesced), (1, 1));
+    assert_eq!(store.gets.load(Ordering::SeqCst), 0, "no look through get");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_miss_led_from_call_and_dropped_unpolled_leaves_no_flight_behind() {
+    // The leader's future is dropped before its first poll: its flight ends with no
+    // result, and the next caller leads (and runs the tool) instead of waiting forever.
+    let store = Arc::new(TestStore::new(Answers::EveryKeyAtOnce));
+    let layer = CacheLayer::with_store(
+        CacheConfig::default().with_ttl(Duration::from_secs(60)),
+        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
+    )
+    .expect("valid config");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = layer.layer(counting_tool(&calls, Duration::ZERO, ok_n));
+    let dropped = tower::Service::call(svc.ready().await.expect("ready"), weather());
+    drop(dropped);
+    let got = tokio::time::timeout(Duration::from_secs(5), svc.clone().oneshot(weather()))
+        .await
+        .expect("the next caller does not wait for a dropped leader")
+        .expect("an answer");
+    assert_eq!(n_of(&got), json!(2), "the next caller ran the tool itself");
+    assert!(!got.provenance.cache_hit);
 }
