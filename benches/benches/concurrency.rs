@@ -6,7 +6,11 @@
 //! Each criterion iteration is one call (`Throughput::Elements(1)`, so criterion reports
 //! calls per second); an iteration batch is split evenly over the 64 tasks, which run
 //! concurrently on the two workers. Every call builds a fresh `ToolRequest` with a
-//! distinct ~200-byte payload, so every cache misses, as in `--bench stack`.
+//! distinct ~200-byte payload, so every cache misses, as in `--bench stack`: each task
+//! of each batch takes a number of its own (`TASK_IDS`), and its calls are numbered
+//! under it, so no payload repeats across batches either (with numbers that restarted
+//! at each batch, the small ones came back every batch and hit the caches, at rates that
+//! depended on each cache's eviction).
 
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
@@ -26,6 +30,9 @@ mod peer;
 
 /// Concurrent tasks per batch.
 const TASKS: u64 = 64;
+
+/// A number for each task of each batch, taken once per task: payloads never repeat.
+static TASK_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 const CONFIG: &str = r#"
 [defaults]
@@ -54,11 +61,12 @@ async fn run(services: Arc<Vec<Svc>>, names: Arc<Vec<Arc<str>>>, iters: u64) -> 
             (Arc::clone(&services), Arc::clone(&names), Arc::clone(&base));
         handles.push(tokio::spawn(async move {
             let i = usize::try_from(t).unwrap_or(0);
+            let id = TASK_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut svc = services[i % services.len()].clone();
             let name = Arc::clone(&names[i % names.len()]);
             for n in 0..per_task {
                 let mut payload = Value::clone(&base);
-                payload["n"] = Value::from((t << 40) | n);
+                payload["n"] = Value::from((id << 24) | n);
                 let req = ToolRequest::new(&*name, payload).kind(CallKind::ReadOnly);
                 let res = svc.ready().await.expect("ready").call(req).await;
                 assert!(res.is_ok(), "{res:?}");
