@@ -14,6 +14,7 @@ pub mod panic;
 mod progress;
 mod resume;
 mod state;
+pub mod stripes;
 pub mod time;
 mod tokens;
 mod traits;

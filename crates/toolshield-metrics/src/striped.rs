@@ -4,61 +4,23 @@
 //! A hot tool's counter is one shared atomic in the recorder (with a second one, its
 //! generation, written on every increment), and its histogram one shared sample buffer:
 //! every call on every worker writes the same lines. Here each thread writes a cell of its
-//! own (one of [`width`] per metric, chosen by the thread), and
+//! own (one of [`width`] per metric, chosen by the thread: see
+//! [`toolshield_core::stripes`]), and
 //! [`Stripes::flush`] adds what the cells hold to the recorder's metric before anything
 //! reads it. A histogram's samples go to the recorder in batches of [`BATCH`], so no
 //! thread's cell holds more than that between renders.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use metrics::{Counter, CounterFn, Histogram, HistogramFn};
 use metrics_exporter_prometheus::PrometheusHandle;
+use toolshield_core::stripes::{slot, width, StripedCount};
 
 use crate::prometheus::DRAIN_EVERY;
 
 /// Samples a thread's histogram cell holds before it hands them to the recorder.
 pub(crate) const BATCH: usize = 64;
-
-/// The cells of one metric: enough that the workers of a runtime on this machine each
-/// have their own (the available parallelism, rounded up to a power of two, 4 to 16).
-pub(crate) fn width() -> usize {
-    static WIDTH: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *WIDTH.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(4, |n| n.get())
-            .next_power_of_two()
-            .clamp(4, 16)
-    })
-}
-
-/// The number the next thread to record takes.
-static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-/// The recording thread's cell index (below `width`, a power of two): threads take
-/// consecutive numbers the first time they record, so `width` threads that start
-/// recording one after another write cells of their own.
-#[inline]
-fn slot(width: usize) -> usize {
-    thread_local! {
-        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    // A cell with nothing to drop is never destroyed, so this always finds it; were it
-    // gone, the thread would share cell 0.
-    let n = SLOT
-        .try_with(|s| {
-            let n = s.get();
-            if n != usize::MAX {
-                return n;
-            }
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            s.set(n);
-            n
-        })
-        .unwrap_or(0);
-    n & (width - 1)
-}
 
 /// A metric whose cells can be added to the recorder's.
 trait Flush: Send + Sync {
@@ -99,7 +61,7 @@ impl Stripes {
     pub(crate) fn counter(&self, inner: Counter) -> Counter {
         let counter = Arc::new(StripedCounter {
             inner,
-            cells: (0..width()).map(|_| CountCell::default()).collect(),
+            cells: StripedCount::default(),
         });
         let member: Arc<dyn Flush> = counter.clone();
         self.join(Arc::downgrade(&member));
@@ -121,39 +83,29 @@ impl Stripes {
     }
 }
 
-/// One thread's count, on lines of its own.
-#[derive(Default)]
-#[repr(align(128))]
-struct CountCell(AtomicU64);
-
 struct StripedCounter {
     inner: Counter,
-    cells: Box<[CountCell]>,
+    cells: StripedCount,
 }
 
 impl CounterFn for StripedCounter {
     #[inline]
     fn increment(&self, value: u64) {
-        let cell = &self.cells[slot(self.cells.len())];
-        cell.0.fetch_add(value, Ordering::Relaxed);
+        self.cells.add(value);
     }
 
     fn absolute(&self, value: u64) {
         // What the cells held is older than the value set now.
-        for cell in self.cells.iter() {
-            cell.0.swap(0, Ordering::Relaxed);
-        }
+        self.cells.take();
         self.inner.absolute(value);
     }
 }
 
 impl Flush for StripedCounter {
     fn flush(&self) {
-        for cell in self.cells.iter() {
-            let n = cell.0.swap(0, Ordering::Relaxed);
-            if n != 0 {
-                self.inner.increment(n);
-            }
+        let n = self.cells.take();
+        if n != 0 {
+            self.inner.increment(n);
         }
     }
 }
@@ -235,29 +187,5 @@ impl Drop for StripedHistogram {
     /// A handle dropped before the next render leaves its samples with the recorder.
     fn drop(&mut self) {
         self.flush();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_thread_takes_the_next_number_once_and_keeps_its_cell() {
-        let width = width();
-        assert!(width.is_power_of_two() && (4..=16).contains(&width));
-        let before = NEXT.load(Ordering::Relaxed);
-        let (first, second) = std::thread::spawn(move || (slot(width), slot(width)))
-            .join()
-            .unwrap_or((usize::MAX, 0));
-        let after = NEXT.load(Ordering::Relaxed);
-        assert_eq!(first, second, "a thread keeps its cell");
-        assert!(first < width);
-        // It took a number of its own (other tests' threads may take some meanwhile).
-        assert!(after > before);
-        assert!(
-            (before..after).any(|n| n & (width - 1) == first),
-            "its cell is its number's"
-        );
     }
 }

@@ -1,9 +1,11 @@
 //! [`Counter`]: an event counter a layer shares with its services and its handle.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use toolshield_contract::stripes::StripedCount;
 
 /// An event counter shared by every clone of a layer (hits, replays, store errors), read
-/// by its handle and exported by the metrics layer. Relaxed: a count, not a lock.
+/// by its handle and exported by the metrics layer. Each thread counts in a cell of its
+/// own ([`StripedCount`]): workers bumping one layer's counter on every call do not
+/// write the same line; a read sums the cells.
 ///
 /// ```
 /// use toolshield_store::Counter;
@@ -14,16 +16,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// assert_eq!(hits.get(), 2);
 /// ```
 #[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+pub struct Counter(StripedCount);
 
 impl Counter {
     /// Counts one more.
+    #[inline]
     pub fn bump(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.0.add(1);
     }
 
     /// The count now.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.sum()
     }
 }
