@@ -638,6 +638,17 @@ impl toolshield_cache::CacheStore for TestStore {
     }
 }
 
+/// A layer with a 60 s TTL over a fresh [`TestStore`] answering as told.
+fn over_test_store(answers: Answers) -> (Arc<TestStore>, CacheLayer) {
+    let store = Arc::new(TestStore::new(answers));
+    let layer = CacheLayer::with_store(
+        CacheConfig::default().with_ttl(Duration::from_secs(60)),
+        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
+    )
+    .expect("valid config");
+    (store, layer)
+}
+
 /// Stores `{"n": "stored"}` as `weather()`'s entry in `store`, as another caller would.
 async fn store_weather(store: &dyn toolshield_cache::CacheStore) {
     let key = toolshield_cache::storage_key(
@@ -691,13 +702,8 @@ async fn after_a_dropped_leader_a_follower_looks_the_key_up_again() {
     // The first look was answered at once (a miss); the follower whose leader went away
     // must look again through the store, not reuse that first answer, and finds the
     // entry another caller stored meanwhile.
-    let store = Arc::new(TestStore::new(Answers::EveryKeyAtOnce));
+    let (store, layer) = over_test_store(Answers::EveryKeyAtOnce);
     let gets = Arc::clone(&store.gets);
-    let layer = CacheLayer::with_store(
-        CacheConfig::default().with_ttl(Duration::from_secs(60)),
-        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
-    )
-    .expect("valid config");
     let calls = Arc::new(AtomicUsize::new(0));
     let slow = counting_tool(&calls, Duration::from_secs(10), ok_n);
     let mut leader = Box::pin(layer.layer(slow.clone()).oneshot(weather()));
@@ -739,12 +745,7 @@ async fn an_entry_stored_between_call_and_the_first_poll_is_found() {
     // A store that does not answer every key at once (`call` found nothing there, which
     // is not yet a miss): the full path looks again when first polled and answers the
     // entry stored meanwhile; the tool never runs.
-    let store = Arc::new(TestStore::new(Answers::FoundAtOnce));
-    let layer = CacheLayer::with_store(
-        CacheConfig::default().with_ttl(Duration::from_secs(60)),
-        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
-    )
-    .expect("valid config");
+    let (store, layer) = over_test_store(Answers::FoundAtOnce);
     let calls = Arc::new(AtomicUsize::new(0));
     let mut svc = layer.layer(counting_tool(&calls, Duration::ZERO, ok_n));
     let pending = tower::Service::call(svc.ready().await.expect("ready"), weather());
@@ -761,12 +762,7 @@ async fn a_miss_leads_its_flight_from_call_and_a_later_caller_follows_it() {
     // the key's flight there and calls the tool with the service it was given. A second
     // caller that comes before the first future is even polled follows that flight: the
     // tool runs once, both get its answer, the second as coalesced.
-    let store = Arc::new(TestStore::new(Answers::EveryKeyAtOnce));
-    let layer = CacheLayer::with_store(
-        CacheConfig::default().with_ttl(Duration::from_secs(60)),
-        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
-    )
-    .expect("valid config");
+    let (store, layer) = over_test_store(Answers::EveryKeyAtOnce);
     let handle = layer.handle();
     let calls = Arc::new(AtomicUsize::new(0));
     let mut svc = layer.layer(counting_tool(&calls, Duration::from_secs(1), ok_n));
@@ -793,12 +789,7 @@ async fn a_miss_leads_its_flight_from_call_and_a_later_caller_follows_it() {
 async fn a_miss_led_from_call_and_dropped_unpolled_leaves_no_flight_behind() {
     // The leader's future is dropped before its first poll: its flight ends with no
     // result, and the next caller leads (and runs the tool) instead of waiting forever.
-    let store = Arc::new(TestStore::new(Answers::EveryKeyAtOnce));
-    let layer = CacheLayer::with_store(
-        CacheConfig::default().with_ttl(Duration::from_secs(60)),
-        Arc::clone(&store) as Arc<dyn toolshield_cache::CacheStore>,
-    )
-    .expect("valid config");
+    let (store, layer) = over_test_store(Answers::EveryKeyAtOnce);
     let calls = Arc::new(AtomicUsize::new(0));
     let mut svc = layer.layer(counting_tool(&calls, Duration::ZERO, ok_n));
     let dropped = tower::Service::call(svc.ready().await.expect("ready"), weather());

@@ -234,28 +234,21 @@ fn values_taken_out_by_a_write_are_dropped_after_the_lock_is_released() {
         assert_eq!(DROPPED.load(SeqCst), 2, "replacement");
         assert!(!map.insert("b", v(), 1_000, MIN)); // heavier than the map: the old one goes
         assert_eq!(DROPPED.load(SeqCst), 4, "a heavier value and the old one");
-        map.update("d", |_| {
-            (
-                Write::Put {
-                    value: v(),
-                    weight: 10,
-                    ttl: MIN,
-                    linger: Duration::ZERO,
-                },
-                (),
-            )
-        });
-        map.update("d", |_| {
-            (
-                Write::Put {
-                    value: v(),
-                    weight: 10,
-                    ttl: MIN,
-                    linger: Duration::ZERO,
-                },
-                (),
-            )
-        });
+        let put_d = || {
+            map.update("d", |_| {
+                (
+                    Write::Put {
+                        value: v(),
+                        weight: 10,
+                        ttl: MIN,
+                        linger: Duration::ZERO,
+                    },
+                    (),
+                )
+            })
+        };
+        put_d();
+        put_d();
         assert_eq!(DROPPED.load(SeqCst), 5, "replacement through update");
         map.update("d", |_| (Write::Remove, ()));
         assert_eq!(DROPPED.load(SeqCst), 6, "removal through update");
