@@ -789,7 +789,7 @@ async fn a_miss_leads_its_flight_from_call_and_a_later_caller_follows_it() {
 async fn a_miss_led_from_call_and_dropped_unpolled_leaves_no_flight_behind() {
     // The leader's future is dropped before its first poll: its flight ends with no
     // result, and the next caller leads (and runs the tool) instead of waiting forever.
-    let (store, layer) = over_test_store(Answers::EveryKeyAtOnce);
+    let (_, layer) = over_test_store(Answers::EveryKeyAtOnce);
     let calls = Arc::new(AtomicUsize::new(0));
     let mut svc = layer.layer(counting_tool(&calls, Duration::ZERO, ok_n));
     let dropped = tower::Service::call(svc.ready().await.expect("ready"), weather());
