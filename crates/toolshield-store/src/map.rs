@@ -281,14 +281,21 @@ impl<V> Shard<V> {
     }
 
     /// Gives the entry in slot `pos` a new weight and TTL, in place when it still fits the
-    /// shard's bytes; an entry that no longer fits is removed (as `put` would leave it).
-    fn touch(&mut self, pos: usize, weight: u64, ttl: Duration, linger: Duration, now: Instant) {
+    /// shard's bytes; an entry that no longer fits is removed (as `put` would leave it),
+    /// into `evicted`.
+    fn touch(
+        &mut self,
+        pos: usize,
+        (weight, ttl, linger): (u64, Duration, Duration),
+        now: Instant,
+        evicted: &mut Evicted<V>,
+    ) {
         let Some(Some(entry)) = self.slots.get_mut(pos) else {
             return;
         };
         let bytes = self.bytes - entry.weight + weight;
         if weight > self.max_bytes || bytes > self.max_bytes {
-            self.remove_at(pos);
+            evicted.push(self.remove_at(pos));
             return;
         }
         let deadline = deadline_after(now, ttl);
@@ -524,7 +531,7 @@ impl<V> TtlMap<V> {
                     linger,
                 },
                 Some(pos),
-            ) => guard.touch(pos, weight, ttl, linger, now),
+            ) => guard.touch(pos, (weight, ttl, linger), now, &mut evicted),
             (
                 Write::Put {
                     value,

@@ -216,7 +216,7 @@ impl Drop for ReadsTheMapOnDrop {
 }
 
 /// Every way a write takes a value out (eviction, replacement, removal, a heavier value,
-/// an expired entry met by a read) frees it after the shard's lock is released: a value
+/// a touch it no longer fits, an expired entry met by a read) frees it after the shard's lock is released: a value
 /// whose drop reads the map does not deadlock, and freeing an evicted response is never
 /// done while other callers wait for the shard.
 #[test]
@@ -255,10 +255,22 @@ fn values_taken_out_by_a_write_are_dropped_after_the_lock_is_released() {
         map.insert("e", v(), 10, MIN);
         assert!(map.remove("e"));
         assert_eq!(DROPPED.load(SeqCst), 7, "removal");
+        map.insert("g", v(), 10, MIN);
+        map.update("g", |_| {
+            (
+                Write::Touch {
+                    weight: 1_000,
+                    ttl: MIN,
+                    linger: Duration::ZERO,
+                },
+                (),
+            )
+        });
+        assert_eq!(DROPPED.load(SeqCst), 8, "a touch the entry no longer fits");
         map.insert("f", v(), 10, Duration::from_millis(1));
         std::thread::sleep(Duration::from_millis(20));
         assert!(map.get("f", |_, _| ()).is_none());
-        assert_eq!(DROPPED.load(SeqCst), 8, "an expired entry met by a read");
+        assert_eq!(DROPPED.load(SeqCst), 9, "an expired entry met by a read");
         let _ = done.send(());
     });
     finished
