@@ -224,6 +224,13 @@ fn values_taken_out_by_a_write_are_dropped_after_the_lock_is_released() {
     use std::sync::atomic::Ordering::SeqCst;
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // The map's clock is tokio's: paused here, and moved on by hand below.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let _clock = rt.enter();
         // One shard of one entry and 100 bytes.
         let map = REENTRANT.get_or_init(|| TtlMap::new(MemoryBounds::new(1, 100)));
         let v = || ReadsTheMapOnDrop;
@@ -268,7 +275,7 @@ fn values_taken_out_by_a_write_are_dropped_after_the_lock_is_released() {
         });
         assert_eq!(DROPPED.load(SeqCst), 8, "a touch the entry no longer fits");
         map.insert("f", v(), 10, Duration::from_millis(1));
-        std::thread::sleep(Duration::from_millis(20));
+        rt.block_on(advance(Duration::from_millis(20)));
         assert!(map.get("f", |_, _| ()).is_none());
         assert_eq!(DROPPED.load(SeqCst), 9, "an expired entry met by a read");
         let _ = done.send(());
