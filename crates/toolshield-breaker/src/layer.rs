@@ -7,8 +7,6 @@ use toolshield_contract::{ConfigError, DefaultClassifier};
 use tower_layer::Layer;
 
 use crate::config::BreakerConfig;
-use crate::future::sealed::Sealed;
-use crate::future::SlotHandle;
 use crate::key::ToolKey;
 use crate::registry::BreakerRegistry;
 use crate::service::Breaker;
@@ -82,10 +80,6 @@ impl<K, C> BreakerLayer<K, C> {
     /// if the registry has none, whatever its `max_keys`, and is never evicted for being
     /// idle: pin keys the application chose, never ones taken from a request. Calls with
     /// another key look it up as usual.
-    ///
-    /// The services it builds are [`Breaker`]s holding the breaker through a slot of
-    /// their own ([`PinnedBreakerLayer`]), so their calls write no reference count the
-    /// services of other tasks share.
     #[must_use]
     pub fn pin_key(self, key: &str) -> PinnedBreakerLayer<K, C> {
         let pinned = Pinned(self.registry.pinned(key));
@@ -114,13 +108,9 @@ impl<S, K: Clone, C: Clone> Layer<S> for BreakerLayer<K, C> {
     }
 }
 
-/// A [`BreakerLayer`] for one known key ([`BreakerLayer::pin_key`]).
-///
-/// Each service it builds holds the key's breaker through a slot of its own (one small
-/// allocation when the service is built, shared by its clones), and every call takes its
-/// reference on that slot, not on the breaker: services built apart (one per task, one
-/// per thread) write no shared line on the closed path, where the breaker itself is only
-/// read. Calls with another key look that key up as usual, with a slot of its own.
+/// A [`BreakerLayer`] for one known key ([`BreakerLayer::pin_key`]): each service it
+/// builds starts with the key's breaker in hand. Calls with another key look that key up
+/// as usual.
 #[derive(Debug, Clone)]
 pub struct PinnedBreakerLayer<K = ToolKey, C = DefaultClassifier> {
     layer: BreakerLayer<K, C>,
@@ -135,7 +125,7 @@ impl<K, C> PinnedBreakerLayer<K, C> {
 }
 
 impl<S, K: Clone, C: Clone> Layer<S> for PinnedBreakerLayer<K, C> {
-    type Service = Breaker<S, K, C, SlotHandle>;
+    type Service = Breaker<S, K, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
         let l = &self.layer;
@@ -145,7 +135,7 @@ impl<S, K: Clone, C: Clone> Layer<S> for PinnedBreakerLayer<K, C> {
             l.key_fn.clone(),
             l.classifier.clone(),
         )
-        .with_cached(Some(SlotHandle::of(Arc::clone(&self.pinned.0))))
+        .with_cached(Some(Arc::clone(&self.pinned.0)))
     }
 }
 

@@ -27,8 +27,12 @@
 //!   callbacks, and can be appended to a JSON-lines file.
 //!
 //! The closed-state admit and record are a few atomic loads (and, while failures are in
-//! the window, a few atomic writes) plus the reference count of the breaker the response
-//! future holds: no lock, no allocation, no clock read with a count window.
+//! the window, a few atomic writes): no lock, no allocation, no clock read with a count
+//! window. The response future holds a reference on its breaker; each thread keeps the
+//! one its last finished call held, and its next call on that breaker takes it, so a
+//! thread calling one breaker again and again writes no reference count either. That
+//! reference lives until the thread finishes a call on another breaker, or exits; a
+//! breaker the registry no longer holds is never kept.
 //!
 //! In the default stack the breaker sits inside retry and outside the attempt timeout, so
 //! it checks and records every attempt, and sees the timeout layer's slow-call marks.
@@ -48,7 +52,7 @@ mod state;
 
 pub use config::{BreakerConfig, WindowConfig};
 pub use events::{BreakerEvent, CircuitState, EvictedCounts, TransitionCount, TransitionReason};
-pub use future::{Handle, ResponseFuture, SharedHandle, SlotHandle};
+pub use future::ResponseFuture;
 pub use key::{key_fn, FixedKey, FnKey, KeyFn, ToolKey, UNNAMED_KEY};
 pub use layer::{BreakerLayer, PinnedBreakerLayer};
 pub use registry::BreakerRegistry;

@@ -25,7 +25,7 @@ use toolshield_contract::{ErrorKind, Failure, Outcome};
 
 use crate::config::BreakerConfig;
 use crate::events::{CircuitState, EventHub};
-use crate::future::{CallGuard, SharedHandle};
+use crate::future::CallGuard;
 use crate::state::{BreakerState, Core, Override, Record, Ticket, TicketKind};
 
 fn breaker(consecutive: u32, permits: u32, successes: u32) -> Arc<BreakerState> {
@@ -106,7 +106,7 @@ fn call(b: &Arc<BreakerState>, running: &AtomicUsize, permits: usize, then: Then
             "{now} probes running with {permits} permits"
         );
     }
-    let guard = CallGuard::new(SharedHandle(Arc::clone(b)), ticket, None);
+    let guard = CallGuard::new(Arc::clone(b), ticket);
     if probe {
         // Counted out before the outcome frees the permit, so `running` never lags.
         running.fetch_sub(1, Ordering::SeqCst);

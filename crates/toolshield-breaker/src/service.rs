@@ -1,6 +1,7 @@
 //! [`Breaker`]: the service.
 
 use std::fmt;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -10,25 +11,26 @@ use toolshield_contract::{
 use tower_service::Service;
 
 use crate::events::CircuitState;
-use crate::future::{CallGuard, Handle, ResponseFuture, SharedHandle};
+use crate::future::{give_back, lookup, CallGuard, ResponseFuture};
 use crate::key::{KeyFn, ToolKey};
 use crate::registry::BreakerRegistry;
-use crate::state::TicketKind;
+use crate::state::{BreakerState, TicketKind};
 
 /// Per-key circuit breakers around a service; built by [`BreakerLayer`](crate::BreakerLayer).
 ///
 /// `call` looks up the breaker of the request's key (a per-service cache makes a repeat
 /// of the last key a string compare), admits or rejects the call with `CIRCUIT_OPEN`
 /// (never in `poll_ready`), and the [`ResponseFuture`] records the classified outcome.
-pub struct Breaker<S, K = ToolKey, C = DefaultClassifier, H = SharedHandle> {
+pub struct Breaker<S, K = ToolKey, C = DefaultClassifier> {
     inner: S,
     registry: BreakerRegistry,
     key_fn: K,
     classifier: C,
-    cached: Option<H>,
+    /// The breaker of the last key called (of the pinned key, to begin with).
+    cached: Option<Arc<BreakerState>>,
 }
 
-impl<S, K, C, H> Breaker<S, K, C, H> {
+impl<S, K, C> Breaker<S, K, C> {
     /// Wraps `inner`.
     #[must_use]
     pub fn new(inner: S, registry: BreakerRegistry, key_fn: K, classifier: C) -> Self {
@@ -41,9 +43,8 @@ impl<S, K, C, H> Breaker<S, K, C, H> {
         }
     }
 
-    /// Starts with `state` as the breaker of its last key (a pinned key's, in a slot of
-    /// this service's own).
-    pub(crate) fn with_cached(mut self, state: Option<H>) -> Self {
+    /// Starts with `state` as the breaker of its last key (a pinned key's).
+    pub(crate) fn with_cached(mut self, state: Option<Arc<BreakerState>>) -> Self {
         self.cached = state;
         self
     }
@@ -69,7 +70,7 @@ impl<S, K, C, H> Breaker<S, K, C, H> {
     }
 }
 
-impl<S: Clone, K: Clone, C: Clone, H: Clone> Clone for Breaker<S, K, C, H> {
+impl<S: Clone, K: Clone, C: Clone> Clone for Breaker<S, K, C> {
     fn clone(&self) -> Self {
         Breaker {
             inner: self.inner.clone(),
@@ -81,7 +82,7 @@ impl<S: Clone, K: Clone, C: Clone, H: Clone> Clone for Breaker<S, K, C, H> {
     }
 }
 
-impl<S: fmt::Debug, K: fmt::Debug, C: fmt::Debug, H> fmt::Debug for Breaker<S, K, C, H> {
+impl<S: fmt::Debug, K: fmt::Debug, C: fmt::Debug> fmt::Debug for Breaker<S, K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Breaker")
             .field("inner", &self.inner)
@@ -105,9 +106,8 @@ fn rejection(key: &str, state: CircuitState, retry_after: Option<Duration>) -> T
     }
 }
 
-impl<S, K, C, H, Req> Service<Req> for Breaker<S, K, C, H>
+impl<S, K, C, Req> Service<Req> for Breaker<S, K, C>
 where
-    H: Handle,
     S: Service<Req>,
     S::Error: Into<ToolError>,
     S::Response: ShieldResponse,
@@ -117,7 +117,7 @@ where
 {
     type Response = S::Response;
     type Error = ToolError;
-    type Future = ResponseFuture<S::Future, C, H>;
+    type Future = ResponseFuture<S::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -126,12 +126,13 @@ where
     #[inline(always)]
     fn call(&mut self, mut req: Req) -> Self::Future {
         let key = self.key_fn.key(&req);
-        let held = H::lookup(&self.registry, &mut self.cached, &key);
-        let state = held.state();
+        let state = lookup(&self.registry, &mut self.cached, &key);
         let ticket = match state.admit() {
             Ok(ticket) => ticket,
             Err(retry_after) => {
-                return ResponseFuture::rejected(rejection(&key, state.state(), retry_after))
+                let error = rejection(&key, state.state(), retry_after);
+                give_back(state);
+                return ResponseFuture::rejected(error, self.classifier.clone());
             }
         };
         drop(key);
@@ -140,27 +141,25 @@ where
                 state.set_probe(true);
             }
         }
-        let slow_check = state
-            .slow_threshold_nanos()
-            .map(|threshold| (state.now_nanos(), threshold));
-        let guard = CallGuard::new(held, ticket, slow_check);
+        let guard = CallGuard::new(state, ticket);
         ResponseFuture::called(self.inner.call(req), guard, self.classifier.clone())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::future::{pending, Pending};
+    use std::future::{pending, ready, Pending, Ready};
     use std::sync::Arc;
 
     use serde_json::json;
     use toolshield_contract::CallKind;
     use toolshield_core::{ToolRequest, ToolResponse};
+    use toolshield_test::call_now;
     use tower::{service_fn, Layer};
 
     use super::*;
-    use crate::future::{Slot, SlotHandle};
-    use crate::BreakerLayer;
+    use crate::future::take_thread_spare;
+    use crate::{BreakerConfig, BreakerLayer};
 
     /// A tool whose calls never finish (wrapped in `service_fn`): the call's future holds
     /// its reference as long as the test keeps it.
@@ -168,41 +167,66 @@ mod tests {
         pending()
     }
 
-    fn request() -> ToolRequest {
-        ToolRequest::new("weather", json!({})).kind(CallKind::ReadOnly)
+    /// A tool that answers at once.
+    fn answers(_req: ToolRequest) -> Ready<Result<ToolResponse, ToolError>> {
+        ready(Ok(ToolResponse::new(json!(true))))
     }
 
-    fn slot_of<S, K, C>(svc: &Breaker<S, K, C, SlotHandle>) -> Option<&Arc<Slot>> {
-        svc.cached.as_ref().map(|h| &h.0)
+    fn request(tool: &str) -> ToolRequest {
+        ToolRequest::new(tool, json!({})).kind(CallKind::ReadOnly)
     }
 
     #[test]
-    fn calls_of_a_pinned_service_count_on_its_slot_not_on_the_shared_breaker() {
+    fn a_thread_calling_one_breaker_again_writes_no_reference_count() {
+        let _ = take_thread_spare();
         let registry = BreakerRegistry::default();
-        let layer = BreakerLayer::new(registry.clone()).pin_key("weather");
-        let state = registry.pinned("weather");
-        let mut a = layer.layer(service_fn(hangs));
-        let b = layer.layer(service_fn(hangs));
-        let a2 = a.clone();
-        // Each built service has a slot of its own; a clone shares its service's.
-        let (sa, sb, sa2) = (
-            slot_of(&a).unwrap(),
-            slot_of(&b).unwrap(),
-            slot_of(&a2).unwrap(),
-        );
-        assert!(!Arc::ptr_eq(sa, sb));
-        assert!(Arc::ptr_eq(sa, sa2));
+        let layer = BreakerLayer::new(registry.clone());
+        let mut quick = layer.layer(service_fn(answers));
+        let mut slow = layer.layer(service_fn(hangs));
+        drop(slow.call(request("weather"))); // `slow` now caches the breaker too
+        assert!(call_now(&mut quick, request("weather")).is_ok());
+        let state = registry.get_or_insert("weather");
+        let held = Arc::strong_count(&state);
 
-        let shared_before = Arc::strong_count(&state);
-        let slot_before = Arc::strong_count(sa);
-        let calls: Vec<_> = (0..3).map(|_| a.call(request())).collect();
-        // Three calls in flight: three references on the slot, none on the breaker.
-        assert_eq!(Arc::strong_count(&state), shared_before);
-        assert_eq!(Arc::strong_count(slot_of(&a).unwrap()), slot_before + 3);
-        drop(calls);
-        assert_eq!(Arc::strong_count(slot_of(&a).unwrap()), slot_before);
-        // The calls were admitted by the one shared breaker.
-        assert_eq!(registry.state("weather"), CircuitState::Closed);
+        // The call in flight holds the reference the last finished call left: no new one.
+        let in_flight = slow.call(request("weather"));
+        assert_eq!(Arc::strong_count(&state), held);
+        // Dropped unfinished, its reference goes with it; the next call clones one, and
+        // leaves it behind when it finishes.
+        drop(in_flight);
+        assert_eq!(Arc::strong_count(&state), held - 1);
+        for _ in 0..3 {
+            assert!(call_now(&mut quick, request("weather")).is_ok());
+            assert_eq!(Arc::strong_count(&state), held);
+        }
+        // A call on another breaker (through another service, which caches that one)
+        // leaves its own reference, and frees this one's.
+        let mut other = layer.layer(service_fn(answers));
+        assert!(call_now(&mut other, request("search")).is_ok());
+        assert_eq!(Arc::strong_count(&state), held - 1);
+        let spare = take_thread_spare().expect("the last call's breaker");
+        assert_eq!(&*spare.key, "search");
+    }
+
+    #[test]
+    fn a_breaker_the_registry_does_not_hold_is_never_kept_by_the_thread() {
+        let _ = take_thread_spare();
+        let registry = BreakerRegistry::new(BreakerConfig {
+            max_keys: 1,
+            ..BreakerConfig::default()
+        })
+        .unwrap();
+        registry.force_open("held");
+        let mut svc = BreakerLayer::new(registry.clone()).layer(service_fn(answers));
+        // The registry is full of an unevictable breaker: "other" runs under the shared
+        // overflow breaker, which the registry does not hold for it.
+        assert!(call_now(&mut svc, request("other")).is_ok());
+        assert!(registry.status("other").is_none());
+        assert!(take_thread_spare().is_none());
+        // A rejected call gives its breaker back as a finished one does.
+        assert!(call_now(&mut svc, request("held")).is_err());
+        let spare = take_thread_spare().expect("the rejected call's breaker");
+        assert_eq!(&*spare.key, "held");
     }
 
     #[test]
@@ -211,16 +235,16 @@ mod tests {
         let mut svc = BreakerLayer::new(registry.clone())
             .pin_key("weather")
             .layer(service_fn(hangs));
-        let other = ToolRequest::new("search", json!({})).kind(CallKind::ReadOnly);
-        let call = svc.call(other);
+        let pinned = registry.pinned("weather");
+        assert!(Arc::ptr_eq(svc.cached.as_ref().unwrap(), &pinned));
+        let call = svc.call(request("search"));
         assert!(
             registry.status("search").is_some(),
             "looked up by its own key"
         );
         drop(call);
-        // Back to the pinned key: its breaker again, in a slot of the service's own.
-        drop(svc.call(request()));
-        let state = registry.pinned("weather");
-        assert!(Arc::ptr_eq(&slot_of(&svc).unwrap().state, &state));
+        // Back to the pinned key: its breaker again.
+        drop(svc.call(request("weather")));
+        assert!(Arc::ptr_eq(svc.cached.as_ref().unwrap(), &pinned));
     }
 }

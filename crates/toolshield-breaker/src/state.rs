@@ -38,6 +38,9 @@ const fn pack(epoch: u32, mode: u8, state: u8) -> u64 {
     ((epoch as u64) << 32) | ((mode as u64) << 8) | state as u64
 }
 
+/// The mode and state bytes of the state word.
+const MODE_STATE: u64 = 0xFFFF;
+
 #[inline]
 const fn unpack(word: u64) -> (u32, u8, u8) {
     ((word >> 32) as u32, (word >> 8) as u8, word as u8)
@@ -248,16 +251,20 @@ impl CountWindow {
         }
     }
 
+    /// Whether the window is full and holds no failure and no slow call: a fast success
+    /// recorded into it would shift a zero into zeros.
+    #[inline(always)]
+    fn is_quiet(&self) -> bool {
+        self.failures.load(Ordering::Relaxed) == 0
+            && self.slows.load(Ordering::Relaxed) == 0
+            && self.pos.load(Ordering::Relaxed) >= self.size
+    }
+
     /// `None` when nothing changed: a success into a full window without failures or
     /// slow calls shifts zeros into zeros, so it is not written at all.
     #[inline]
     fn record(&self, failure: bool, slow: bool) -> Option<Snapshot> {
-        if !failure
-            && !slow
-            && self.failures.load(Ordering::Relaxed) == 0
-            && self.slows.load(Ordering::Relaxed) == 0
-            && self.pos.load(Ordering::Relaxed) >= self.size
-        {
+        if !failure && !slow && self.is_quiet() {
             return None;
         }
         let p = self.pos.fetch_add(1, Ordering::AcqRel);
@@ -608,6 +615,13 @@ impl BreakerState {
         !self.evicted.load(Ordering::SeqCst)
     }
 
+    /// Whether the registry no longer holds this breaker (evicted, or never held: a
+    /// call that overflowed a full registry).
+    #[inline(always)]
+    pub(crate) fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
     /// Whether the sweep may evict it: not pinned, no manual override, and closed; or, when the
     /// registry is full (`full`), open with its wait over (its next call would only probe;
     /// an idle key whose failures are that old starts afresh, so a flood of keys that
@@ -623,8 +637,26 @@ impl BreakerState {
     }
 
     /// Admits a call, or says how long to wait (`None` when unknown).
-    #[inline]
+    ///
+    /// The closed state under no override, with no other process holding the key open,
+    /// is one load of the state word and one of the shared open-state hook, inlined into
+    /// the caller; every other state takes [`admit_slow`](Self::admit_slow).
+    #[inline(always)]
     pub(crate) fn admit(&self) -> Result<Ticket, Option<Duration>> {
+        let word = self.word.load(Ordering::Acquire);
+        if word & MODE_STATE == pack(0, M_NORMAL, ST_CLOSED) && self.core.shared.get().is_none() {
+            return Ok(Ticket {
+                epoch: unpack(word).0,
+                kind: TicketKind::Closed,
+            });
+        }
+        self.admit_slow()
+    }
+
+    /// [`admit`](Self::admit) in every state but the plain closed one.
+    #[cold]
+    #[inline(never)]
+    fn admit_slow(&self) -> Result<Ticket, Option<Duration>> {
         loop {
             let word = self.word.load(Ordering::Acquire);
             let (epoch, mode, state) = unpack(word);
@@ -753,8 +785,26 @@ impl BreakerState {
     }
 
     /// Records the outcome of an admitted call.
-    #[inline]
+    ///
+    /// A fast success admitted while closed, into a full count window holding no failure
+    /// and no slow call, after no failure in a row, changes nothing (it would shift a zero
+    /// into zeros): it is four loads, inlined into the caller, and writes nothing. Every
+    /// other outcome takes [`record_slow`](Self::record_slow).
+    #[inline(always)]
     pub(crate) fn record(&self, ticket: Ticket, record: Record) {
+        if ticket.kind == TicketKind::Closed
+            && record == (Record::Success { slow: false })
+            && self.consecutive.load(Ordering::Relaxed) == 0
+            && matches!(&self.window, Window::Count(w) if w.is_quiet())
+        {
+            return;
+        }
+        self.record_slow(ticket, record);
+    }
+
+    /// [`record`](Self::record) of every outcome that may change something.
+    #[inline(never)]
+    fn record_slow(&self, ticket: Ticket, record: Record) {
         match ticket.kind {
             TicketKind::Untracked => {}
             TicketKind::Closed => self.record_closed(ticket.epoch, record),

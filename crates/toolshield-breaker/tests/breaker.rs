@@ -86,16 +86,7 @@ fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry, Tool) {
     (layer.layer(tool.clone()), registry, tool)
 }
 
-async fn call<H: toolshield_breaker::Handle>(
-    svc: &mut toolshield_breaker::Breaker<
-        Tool,
-        toolshield_breaker::ToolKey,
-        toolshield_core::DefaultClassifier,
-        H,
-    >,
-    key: &str,
-    r: &str,
-) -> Result<ToolResponse, ToolError> {
+async fn call(svc: &mut Svc, key: &str, r: &str) -> Result<ToolResponse, ToolError> {
     svc.ready().await?.call(req(key, r)).await
 }
 

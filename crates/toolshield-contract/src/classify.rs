@@ -120,6 +120,7 @@ impl DefaultClassifier {
 }
 
 impl<Res: ShieldResponse> Classify<Res> for DefaultClassifier {
+    #[inline]
     fn classify(&self, result: &Result<Res, ToolError>) -> Outcome {
         match result {
             Ok(res) => match res.in_band_failure() {

@@ -893,7 +893,7 @@ fn attempt_stack<S: ToolService>(
     // tool's own stack resolves its breaker here, once, not on every call.
     let breaker = l.breaker.clone().classifier(CountPanics::new());
     let breaker = match pin {
-        // Calls hold the breaker through a slot of the stack's own (`PinnedBreakerLayer`).
+        // The stack starts with its tool's breaker in hand (`PinnedBreakerLayer`).
         Some(key) => Select::A(breaker.pin_key(key)),
         None => Select::B(breaker),
     };
