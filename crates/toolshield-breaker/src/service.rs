@@ -230,6 +230,23 @@ mod tests {
     }
 
     #[test]
+    fn the_breaker_a_thread_keeps_goes_when_the_thread_finishes_a_call_on_another() {
+        let _ = take_thread_spare();
+        let registry = BreakerRegistry::default();
+        let mut svc = BreakerLayer::new(registry.clone()).layer(service_fn(answers));
+        assert!(call_now(&mut svc, request("weather")).is_ok());
+        let weather = Arc::downgrade(&registry.get_or_insert("weather"));
+        drop((svc, registry));
+        // The registry's last handle is gone; the thread still holds the breaker its
+        // last call finished on, and nothing else does.
+        assert!(weather.upgrade().is_some());
+        let other = BreakerRegistry::default();
+        let mut svc = BreakerLayer::new(other).layer(service_fn(answers));
+        assert!(call_now(&mut svc, request("weather")).is_ok());
+        assert!(weather.upgrade().is_none(), "replaced, and freed with it");
+    }
+
+    #[test]
     fn a_pinned_service_called_with_another_key_uses_that_keys_breaker() {
         let registry = BreakerRegistry::default();
         let mut svc = BreakerLayer::new(registry.clone())
