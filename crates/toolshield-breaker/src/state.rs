@@ -653,8 +653,9 @@ impl BreakerState {
         self.admit_slow()
     }
 
-    /// [`admit`](Self::admit) in every state but the plain closed one.
-    #[cold]
+    /// [`admit`](Self::admit) in every case but a closed breaker without an override or
+    /// shared open-state. Not marked cold: a registry that shares open-state with other
+    /// processes takes it on every call.
     #[inline(never)]
     fn admit_slow(&self) -> Result<Ticket, Option<Duration>> {
         loop {
