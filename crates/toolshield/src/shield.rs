@@ -861,7 +861,11 @@ where
         .layer(Optional(l.deadline))
         .layer(Optional(flow.budget.clone()))
         .layer(Optional(l.validate.clone()))
-        .layer(l.cache.clone())
+        // A cache with a zero TTL passes every call through: left out of the stack, it
+        // costs no reference count per clone of the stack and nothing per call.
+        .layer(Optional(
+            (!l.cache.config().ttl.is_zero()).then(|| l.cache.clone()),
+        ))
         .layer(l.idempotency.clone())
         .service(inner)
 }

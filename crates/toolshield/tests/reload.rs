@@ -508,3 +508,52 @@ async fn reloads_from_many_clones_at_once_leave_one_consistent_generation() {
         "the stack follows the last configuration"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cache_given_and_taken_away_by_a_reload_is_in_force_at_once() {
+    // Without a TTL the cache is left out of the tool's stack; a reload that gives the
+    // tool one puts it in, and a reload that takes it away leaves it out again.
+    const NONE: &str = r#"
+        [tools.quote]
+        kind = "read_only"
+    "#;
+    const CACHED: &str = r#"
+        [tools.quote]
+        kind = "read_only"
+        cache = { ttl = "5m" }
+    "#;
+    let shield = shield(NONE);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let tool = service_fn(move |_req: ToolRequest| {
+        let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        async move { Ok::<_, ToolError>(ToolResponse::new(json!({ "n": n }))) }
+    });
+    let svc = shield.wrap("quote", tool);
+    let quote = || ToolRequest::new("quote", json!({"symbol": "ACME"})).kind(CallKind::ReadOnly);
+    let call = || async { svc.clone().oneshot(quote()).await.expect("quote") };
+
+    for n in 1..=2 {
+        let res = call().await;
+        assert!(!res.provenance.cache_hit, "no cache: every call runs");
+        assert_eq!(res.output["n"], n);
+    }
+
+    shield.reload(config(CACHED)).expect("reload");
+    assert_eq!(call().await.output["n"], 3, "a miss stores the result");
+    let hit = call().await;
+    assert!(
+        hit.provenance.cache_hit,
+        "the cache given by the reload answers"
+    );
+    assert_eq!(hit.output["n"], 3);
+
+    shield.reload(config(NONE)).expect("reload");
+    let res = call().await;
+    assert!(
+        !res.provenance.cache_hit,
+        "the cache taken away answers no more"
+    );
+    assert_eq!(res.output["n"], 4);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
