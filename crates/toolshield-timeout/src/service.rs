@@ -145,6 +145,9 @@ where
 pub struct Deadline<S> {
     inner: S,
     total: Duration,
+    /// Whether the call's attempt token is cancelled when the deadline cuts the call
+    /// (off when a layer inside guards each attempt).
+    guard: bool,
 }
 
 impl<S> Deadline<S> {
@@ -155,7 +158,15 @@ impl<S> Deadline<S> {
         Deadline {
             inner,
             total: total.min(MAX_DURATION),
+            guard: true,
         }
+    }
+
+    /// Does not guard the attempt token (see
+    /// [`DeadlineLayer::attempts_guarded_below`](crate::DeadlineLayer::attempts_guarded_below)).
+    pub(crate) fn unguarded(mut self) -> Self {
+        self.guard = false;
+        self
     }
 
     /// The inner service.
@@ -202,7 +213,7 @@ where
                 state.set_deadline(own);
                 (
                     state.deadline().unwrap_or(own),
-                    Some(state.tokens().clone().guard_attempt()),
+                    self.guard.then(|| state.tokens().clone().guard_attempt()),
                 )
             }
             None => (own, None),

@@ -261,3 +261,57 @@ fn config_defaults_parse_and_validation_lists_every_problem() {
 
     assert!(serde_json::from_str::<TimeoutConfig>(r#"{"atempt": "3s"}"#).is_err());
 }
+
+/// A tool that never answers and hands out the attempt token it was given.
+fn watcher(
+    seen: Arc<Mutex<Option<CancellationToken>>>,
+) -> impl Service<
+    ToolRequest,
+    Response = ToolResponse,
+    Error = ToolError,
+    Future = impl std::future::Future<Output = Result<ToolResponse, ToolError>> + Send,
+> + Clone {
+    service_fn(move |req: ToolRequest| {
+        *seen.lock().unwrap() = Some(req.attempt_token().clone());
+        async move {
+            tokio::time::sleep(secs(3600)).await;
+            Ok::<_, ToolError>(ToolResponse::new(json!("never")))
+        }
+    })
+}
+
+/// Calls `svc` and returns the error and whether the tool's attempt token was cancelled
+/// when the call returned.
+async fn cut<S>(mut svc: S, seen: &Mutex<Option<CancellationToken>>) -> (ErrorKind, bool)
+where
+    S: Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
+{
+    let req = ToolRequest::new("t", json!(null));
+    let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
+    let token = seen.lock().unwrap().clone().expect("the tool was called");
+    (err.kind(), token.is_cancelled())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_cut_by_the_deadline_cancels_its_attempt_token_whoever_guards_it() {
+    // The deadline alone guards the token.
+    let seen = Arc::default();
+    let svc = DeadlineLayer::new(secs(1)).layer(watcher(Arc::clone(&seen)));
+    assert_eq!(cut(svc, &seen).await, (ErrorKind::Timeout, true));
+
+    // Guarded below by the attempt timeout, as in the shield's stack: the deadline drops
+    // the timeout's future, whose guard cancels the token.
+    let seen = Arc::default();
+    let svc = DeadlineLayer::new(secs(1))
+        .attempts_guarded_below()
+        .layer(TimeoutLayer::new(secs(30)).layer(watcher(Arc::clone(&seen))));
+    assert_eq!(cut(svc, &seen).await, (ErrorKind::Timeout, true));
+
+    // Said to be guarded below with nothing below to do it: the token is left alone,
+    // which is what the option promises not to need.
+    let seen = Arc::default();
+    let svc = DeadlineLayer::new(secs(1))
+        .attempts_guarded_below()
+        .layer(watcher(Arc::clone(&seen)));
+    assert_eq!(cut(svc, &seen).await, (ErrorKind::Timeout, false));
+}

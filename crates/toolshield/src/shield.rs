@@ -858,7 +858,11 @@ where
         .layer(metrics.clone())
         .layer(provenance.for_tool(tool))
         .layer(CancelLayer::new())
-        .layer(Optional(l.deadline))
+        // Every attempt runs under the attempt timeout, which cancels the attempt's token
+        // when the deadline drops it: the deadline need not guard the token as well.
+        .layer(Optional(
+            l.deadline.map(DeadlineLayer::attempts_guarded_below),
+        ))
         .layer(Optional(flow.budget.clone()))
         .layer(Optional(l.validate.clone()))
         // A cache with a zero TTL passes every call through: left out of the stack, it

@@ -1,0 +1,74 @@
+//! The call deadline of the shield's stack cuts a call and cancels the attempt token the
+//! tool was given, in the first attempt and in a retried one (the deadline leaves the
+//! guarding of attempts to the attempt timeout inside it).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use toolshield::config::ShieldConfig;
+use toolshield::shield::Shield;
+use toolshield_core::CancellationToken;
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
+use tower::{service_fn, ServiceExt};
+
+const CONFIG: &str = r#"
+[tools.slow]
+kind = "read_only"
+timeout = { attempt = "10s", total = "10s" }
+retry = { max_attempts = 3, backoff = { strategy = "none" }, budget = { enabled = false } }
+"#;
+
+/// A tool whose attempts before `hang_from` fail at once and whose later ones never
+/// answer; it keeps every attempt token it was given.
+fn tool(
+    hang_from: usize,
+    tokens: Arc<Mutex<Vec<CancellationToken>>>,
+) -> impl toolshield_core::ToolService {
+    service_fn(move |req: ToolRequest| {
+        let n = {
+            let mut seen = tokens.lock().unwrap();
+            seen.push(req.attempt_token().clone());
+            seen.len()
+        };
+        async move {
+            if n < hang_from {
+                return Err(ToolError::new(ErrorKind::UpstreamUnavailable, "down"));
+            }
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, ToolError>(ToolResponse::new(json!("never")))
+        }
+    })
+}
+
+async fn cut_at_attempt(hang_from: usize) {
+    let shield = Shield::from_config(ShieldConfig::from_toml_str(CONFIG).unwrap()).unwrap();
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let svc = shield.wrap("slow", tool(hang_from, Arc::clone(&tokens)));
+    let started = tokio::time::Instant::now();
+    let req = ToolRequest::new("slow", json!({})).kind(CallKind::ReadOnly);
+    let err = svc.oneshot(req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(10),
+        "cut at the deadline"
+    );
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), hang_from, "attempts made");
+    let last = tokens.last().unwrap();
+    assert!(
+        last.is_cancelled(),
+        "the attempt cut by the deadline is cancelled"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_cut_by_the_call_deadline_sees_its_token_cancelled() {
+    cut_at_attempt(1).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_attempt_cut_by_the_call_deadline_sees_its_token_cancelled() {
+    cut_at_attempt(2).await;
+}
