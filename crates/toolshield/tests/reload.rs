@@ -36,6 +36,15 @@ fn flaky(attempts: u32) -> String {
 }
 
 /// Attempts per call id, and how many attempts are running now.
+/// A tool answering `{"n": n}` for its n-th call, counted in `calls`.
+fn counting(calls: &Arc<AtomicUsize>) -> impl ToolService {
+    let calls = Arc::clone(calls);
+    service_fn(move |_req: ToolRequest| {
+        let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+        async move { Ok::<_, ToolError>(ToolResponse::new(json!({ "n": n }))) }
+    })
+}
+
 #[derive(Clone, Default)]
 struct Ledger {
     attempts: Arc<Mutex<HashMap<u64, u32>>>,
@@ -392,13 +401,6 @@ async fn cache_entries_and_idempotency_records_survive_a_reload() {
     "#;
     let shield = shield(BEFORE);
     let (weather_calls, pay_calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let counting = |calls: &Arc<AtomicUsize>| {
-        let calls = Arc::clone(calls);
-        service_fn(move |_req: ToolRequest| {
-            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-            async move { Ok::<_, ToolError>(ToolResponse::new(json!({ "n": n }))) }
-        })
-    };
     let router = shield
         .router()
         .tool("weather", counting(&weather_calls))
@@ -524,12 +526,7 @@ async fn a_cache_given_and_taken_away_by_a_reload_is_in_force_at_once() {
     "#;
     let shield = shield(NONE);
     let calls = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&calls);
-    let tool = service_fn(move |_req: ToolRequest| {
-        let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
-        async move { Ok::<_, ToolError>(ToolResponse::new(json!({ "n": n }))) }
-    });
-    let svc = shield.wrap("quote", tool);
+    let svc = shield.wrap("quote", counting(&calls));
     let quote = || ToolRequest::new("quote", json!({"symbol": "ACME"})).kind(CallKind::ReadOnly);
     let call = || async { svc.clone().oneshot(quote()).await.expect("quote") };
 
