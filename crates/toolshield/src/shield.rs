@@ -814,10 +814,23 @@ fn tool_stack<S: ToolService>(
     // off: an absent optional layer still sizes its future for the present one (the
     // fallback's holds a copy of the request, 232 bytes), and every layer above would
     // move those bytes on each call.
+    //
+    // Without tiers every attempt runs under the attempt timeout, which cancels the
+    // attempt's token when the call deadline drops it: the deadline need not guard the
+    // token as well. A tier runs outside the attempt timeout, so with tiers it does.
     let stack = match fallback {
-        None => Select::B(call_stack(&l, &metrics, tool, provenance, flow, retried)),
+        None => Select::B(call_stack(
+            &l,
+            l.deadline.map(DeadlineLayer::attempts_guarded_below),
+            &metrics,
+            tool,
+            provenance,
+            flow,
+            retried,
+        )),
         Some(fallback) => Select::A(call_stack(
             &l,
+            l.deadline,
             &metrics,
             tool,
             provenance,
@@ -828,9 +841,11 @@ fn tool_stack<S: ToolService>(
     Select::A(stack)
 }
 
-/// The layers above retry, around `inner` (retry, or fallback around retry).
+/// The layers above retry, around `inner` (retry, or fallback around retry), with the
+/// call `deadline`.
 fn call_stack<S>(
     l: &ToolLayers,
+    deadline: Option<DeadlineLayer>,
     metrics: &MetricsLayer,
     tool: &str,
     provenance: &ProvenanceLayer,
@@ -858,11 +873,7 @@ where
         .layer(metrics.clone())
         .layer(provenance.for_tool(tool))
         .layer(CancelLayer::new())
-        // Every attempt runs under the attempt timeout, which cancels the attempt's token
-        // when the deadline drops it: the deadline need not guard the token as well.
-        .layer(Optional(
-            l.deadline.map(DeadlineLayer::attempts_guarded_below),
-        ))
+        .layer(Optional(deadline))
         .layer(Optional(flow.budget.clone()))
         .layer(Optional(l.validate.clone()))
         // A cache with a zero TTL passes every call through: left out of the stack, it

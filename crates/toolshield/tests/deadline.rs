@@ -72,3 +72,36 @@ async fn a_first_attempt_cut_by_the_call_deadline_sees_its_token_cancelled() {
 async fn a_retried_attempt_cut_by_the_call_deadline_sees_its_token_cancelled() {
     cut_at_attempt(2).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fallback_tier_cut_by_the_call_deadline_sees_its_token_cancelled() {
+    // A tier runs outside the attempt timeout: with tiers, the deadline guards the token.
+    const ONE_ATTEMPT: &str = r#"
+    [tools.slow]
+    kind = "read_only"
+    timeout = { attempt = "10s", total = "10s" }
+    retry = { max_attempts = 1 }
+    "#;
+    let shield = Shield::from_config(ShieldConfig::from_toml_str(ONE_ATTEMPT).unwrap()).unwrap();
+    let tier_tokens = Arc::new(Mutex::new(Vec::new()));
+    // The primary fails at once; the tier never answers.
+    let primary = tool(usize::MAX, Arc::new(Mutex::new(Vec::new())));
+    let chain =
+        toolshield_fallback::FallbackLayer::new().tier("backup", tool(1, Arc::clone(&tier_tokens)));
+    let svc = shield.wrap_with_fallback("slow", primary, Some(chain));
+    let started = tokio::time::Instant::now();
+    let req = ToolRequest::new("slow", json!({})).kind(CallKind::ReadOnly);
+    let err = svc.oneshot(req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(10),
+        "cut at the deadline"
+    );
+    let tokens = tier_tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 1, "the tier was called");
+    assert!(
+        tokens[0].is_cancelled(),
+        "the tier cut by the deadline is cancelled"
+    );
+}
