@@ -199,6 +199,14 @@ impl CallState {
         self.probe = false;
     }
 
+    /// Gives the call a fresh attempt token (a new child of the same call token),
+    /// keeping the attempt number: for another try at the call outside the retry's
+    /// numbering (a fallback tier), which must not inherit a token a timeout of the
+    /// previous try may have cancelled.
+    pub fn renew_attempt_token(&mut self) {
+        self.tokens = self.tokens.next_attempt();
+    }
+
     /// Why the previous attempt failed; `None` on a first attempt.
     pub fn retry_reason(&self) -> Option<ErrorKind> {
         self.retry_reason

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_core::{
+    AttemptGuard, CallKind, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
+};
 use tower::ServiceExt;
 
 use crate::policy::{combine, Escalation, FallbackFailure};
@@ -36,7 +38,8 @@ pin_project! {
     #[project = StateProj]
     enum State<F, Req, Res> {
         Primary { #[pin] fut: F },
-        Tier { fut: BoxFuture<Result<Res, ToolError>>, index: usize },
+        // `guard` cancels the tier's attempt token if the tier is dropped unfinished.
+        Tier { fut: BoxFuture<Result<Res, ToolError>>, index: usize, guard: Option<AttemptGuard> },
         Escalating { fut: BoxFuture<Escalation<Req, Res>> },
         Done,
     }
@@ -94,20 +97,28 @@ where
                     }
                     Poll::Ready(Err(e)) => (Arc::<str>::from(PRIMARY), e.into(), 0),
                 },
-                StateProj::Tier { fut, index } => match fut.as_mut().poll(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(mut res)) => {
-                        res.mark_tier(&this.shared.tiers[*index].name);
-                        this.state.set(State::Done);
-                        return Poll::Ready(Ok(res));
+                StateProj::Tier { fut, index, guard } => {
+                    let Poll::Ready(result) = fut.as_mut().poll(cx) else {
+                        return Poll::Pending;
+                    };
+                    // Finished: its attempt token is not cancelled.
+                    if let Some(guard) = guard.take() {
+                        guard.disarm();
                     }
-                    Poll::Ready(Err(e)) => {
-                        if e.kind() != ErrorKind::CircuitOpen {
-                            this.ran.push(*index);
+                    match result {
+                        Ok(mut res) => {
+                            res.mark_tier(&this.shared.tiers[*index].name);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(res));
                         }
-                        (this.shared.tiers[*index].name.clone(), e, *index + 1)
+                        Err(e) => {
+                            if e.kind() != ErrorKind::CircuitOpen {
+                                this.ran.push(*index);
+                            }
+                            (this.shared.tiers[*index].name.clone(), e, *index + 1)
+                        }
                     }
-                },
+                }
                 StateProj::Escalating { fut } => {
                     // The hook is application code: a panic in it ends this call with
                     // INTERNAL instead of unwinding through the stack.
@@ -296,9 +307,19 @@ fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'stati
         );
     }
     shared.stats.tiers[index].1.fetch_add(1, Ordering::Relaxed);
-    let fut = tier.service.clone().oneshot(req.clone());
+    // A tier is another try at the call: a fresh attempt token (the primary's may have
+    // been cancelled by its attempt timeout), cancelled if the tier is dropped unfinished.
+    let mut req = req.clone();
+    if let Some(state) = req.call_state_mut() {
+        state.renew_attempt_token();
+    }
+    let guard = req
+        .call_state()
+        .map(|state| state.tokens().clone().guard_attempt());
+    let fut = tier.service.clone().oneshot(req);
     Some(State::Tier {
         fut: Box::pin(fut),
         index,
+        guard,
     })
 }

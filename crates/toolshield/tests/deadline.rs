@@ -105,3 +105,33 @@ async fn a_fallback_tier_cut_by_the_call_deadline_sees_its_token_cancelled() {
         "the tier cut by the deadline is cancelled"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fallback_tier_after_a_timed_out_attempt_starts_with_a_live_attempt_token() {
+    // The primary's only attempt is cut by its attempt timeout, which cancels that
+    // attempt's token; the tier is another attempt and must not inherit it.
+    const TIMED_OUT: &str = r#"
+    [tools.slow]
+    kind = "read_only"
+    timeout = { attempt = "1s", total = "10s" }
+    retry = { max_attempts = 1 }
+    "#;
+    let shield = Shield::from_config(ShieldConfig::from_toml_str(TIMED_OUT).unwrap()).unwrap();
+    let live_at_call = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&live_at_call);
+    let backup = service_fn(move |req: ToolRequest| {
+        *seen.lock().unwrap() = Some(!req.attempt_token().is_cancelled());
+        async { Ok::<_, ToolError>(ToolResponse::new(json!("from the tier"))) }
+    });
+    let primary = tool(1, Arc::new(Mutex::new(Vec::new())));
+    let chain = toolshield_fallback::FallbackLayer::new().tier("backup", backup);
+    let svc = shield.wrap_with_fallback("slow", primary, Some(chain));
+    let req = ToolRequest::new("slow", json!({})).kind(CallKind::ReadOnly);
+    let res = svc.oneshot(req).await.expect("the tier answers");
+    assert_eq!(res.output, json!("from the tier"));
+    assert_eq!(
+        *live_at_call.lock().unwrap(),
+        Some(true),
+        "the tier's attempt token was live when it was called"
+    );
+}
