@@ -39,7 +39,11 @@ pin_project! {
     enum State<F, Req, Res> {
         Primary { #[pin] fut: F },
         // `guard` cancels the tier's attempt token if the tier is dropped unfinished.
-        Tier { fut: BoxFuture<Result<Res, ToolError>>, index: usize, guard: Option<AttemptGuard> },
+        Tier {
+            fut: BoxFuture<Result<Res, ToolError>>,
+            index: usize,
+            guard: Option<AttemptGuard>,
+        },
         Escalating { fut: BoxFuture<Escalation<Req, Res>> },
         Done,
     }
