@@ -32,6 +32,7 @@
 //! Spans are plain `tracing` spans: to export them with OpenTelemetry, add a
 //! `tracing-opentelemetry` layer to your subscriber; this crate needs no feature for it.
 
+mod buckets;
 mod future;
 mod handles;
 mod layer;

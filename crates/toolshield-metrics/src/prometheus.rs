@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::{
 };
 use tokio::task::{AbortHandle, JoinHandle};
 
+use crate::buckets::{is_duration, Durations};
 use crate::names::TOOL_DURATION_SECONDS;
 use crate::striped::Stripes;
 use crate::target::MetricsTarget;
@@ -43,26 +44,37 @@ pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// (about 1 MiB at 16 bytes each).
 pub const DRAIN_EVERY: u64 = 1 << 16;
 
+/// What an exporter's recorder counts in cells of the recording thread, outside the
+/// Prometheus recorder.
+#[derive(Default)]
+struct Cells {
+    /// Counters and histograms added to the recorder's before a render or an upkeep.
+    stripes: Stripes,
+    /// `tool_duration_seconds`, counted into its buckets and rendered by the exporter.
+    durations: Durations,
+}
+
 /// The recorder an exporter builds: the Prometheus recorder, whose counters and
 /// histograms are recorded into cells of the recording thread ([`Stripes`]) that the
 /// exporter adds to the recorder's before a render or an upkeep, and whose histogram
-/// handles drain it every [`DRAIN_EVERY`] samples.
+/// handles drain it every [`DRAIN_EVERY`] samples; `tool_duration_seconds` is counted
+/// into its buckets apart ([`Durations`]) and never reaches the recorder.
 struct Draining {
     inner: PrometheusRecorder,
     handle: PrometheusHandle,
-    stripes: Arc<Stripes>,
+    cells: Arc<Cells>,
 }
 
 impl Draining {
-    fn new(inner: PrometheusRecorder) -> (Self, PrometheusHandle, Arc<Stripes>) {
+    fn new(inner: PrometheusRecorder) -> (Self, PrometheusHandle, Arc<Cells>) {
         let handle = inner.handle();
-        let stripes = Arc::new(Stripes::default());
+        let cells = Arc::new(Cells::default());
         let recorder = Draining {
             inner,
             handle: handle.clone(),
-            stripes: Arc::clone(&stripes),
+            cells: Arc::clone(&cells),
         };
-        (recorder, handle, stripes)
+        (recorder, handle, cells)
     }
 }
 
@@ -76,11 +88,16 @@ impl Recorder for Draining {
     }
 
     fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
-        self.inner.describe_histogram(key, unit, description);
+        if is_duration(key.as_str()) {
+            self.cells.durations.describe(description);
+        } else {
+            self.inner.describe_histogram(key, unit, description);
+        }
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        self.stripes
+        self.cells
+            .stripes
             .counter(self.inner.register_counter(key, metadata))
     }
 
@@ -89,7 +106,10 @@ impl Recorder for Draining {
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        self.stripes.histogram(
+        if is_duration(key.name()) {
+            return Histogram::from_arc(self.cells.durations.series(key));
+        }
+        self.cells.stripes.histogram(
             self.inner.register_histogram(key, metadata),
             self.handle.clone(),
         )
@@ -141,8 +161,9 @@ pub struct PrometheusExporter {
 struct Shared {
     collectors: RwLock<Vec<Arc<dyn Collect>>>,
     /// The per-thread cells of the recorder this exporter built, flushed before every
-    /// render and upkeep (`None` for a recorder given to `from_parts`).
-    stripes: Option<Arc<Stripes>>,
+    /// render and upkeep, and the family it renders itself (`None` for a recorder given
+    /// to `from_parts`).
+    cells: Option<Arc<Cells>>,
     /// The running upkeep task, if any.
     upkeep: Mutex<Option<AbortHandle>>,
 }
@@ -175,7 +196,7 @@ impl std::fmt::Debug for PrometheusExporter {
     }
 }
 
-fn builder() -> Result<PrometheusBuilder, BuildError> {
+pub(crate) fn builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new().set_buckets_for_metric(
         Matcher::Full(TOOL_DURATION_SECONDS.to_owned()),
         &DURATION_BUCKETS,
@@ -191,13 +212,13 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 /// the exporter's own upkeep task (see [`PrometheusExporter`]), started here when called
 /// inside a tokio runtime, otherwise the first time the exporter is used inside one.
 pub fn install_prometheus() -> Result<PrometheusExporter, BuildError> {
-    let (recorder, handle, stripes) = Draining::new(builder()?.build_recorder());
+    let (recorder, handle, cells) = Draining::new(builder()?.build_recorder());
     metrics::set_global_recorder(recorder)
         .map_err(|e| BuildError::from(SetRecorderError(e.into_inner().inner)))?;
-    Ok(PrometheusExporter::with_stripes(
+    Ok(PrometheusExporter::with_cells(
         handle,
         MetricsTarget::Global,
-        Some(stripes),
+        Some(cells),
     ))
 }
 
@@ -210,11 +231,11 @@ pub fn local_prometheus() -> PrometheusExporter {
         // The buckets are constant and valid; fall back to summaries rather than panic.
         Err(_) => PrometheusBuilder::new().build_recorder(),
     };
-    let (recorder, handle, stripes) = Draining::new(recorder);
-    PrometheusExporter::with_stripes(
+    let (recorder, handle, cells) = Draining::new(recorder);
+    PrometheusExporter::with_cells(
         handle,
         MetricsTarget::recorder(Arc::new(recorder)),
-        Some(stripes),
+        Some(cells),
     )
 }
 
@@ -222,20 +243,20 @@ impl PrometheusExporter {
     /// An exporter from a handle you built yourself, and the target its recorder is
     /// reached by. Inside a tokio runtime, starts the upkeep task.
     pub fn from_parts(handle: PrometheusHandle, target: MetricsTarget) -> Self {
-        Self::with_stripes(handle, target, None)
+        Self::with_cells(handle, target, None)
     }
 
-    fn with_stripes(
+    fn with_cells(
         handle: PrometheusHandle,
         target: MetricsTarget,
-        stripes: Option<Arc<Stripes>>,
+        cells: Option<Arc<Cells>>,
     ) -> Self {
         let exporter = PrometheusExporter {
             handle,
             target,
             shared: Arc::new(Shared {
                 collectors: RwLock::new(Vec::new()),
-                stripes,
+                cells,
                 upkeep: Mutex::new(None),
             }),
         };
@@ -252,7 +273,8 @@ impl PrometheusExporter {
 
     /// The underlying handle. Render through [`render`](Self::render): the handle's own
     /// `render` does not see what the recorder's per-thread cells took since the last
-    /// render or upkeep.
+    /// render or upkeep, and has no `tool_duration_seconds` (counted into its buckets
+    /// outside the recorder, and written by [`render`](Self::render)).
     pub fn handle(&self) -> &PrometheusHandle {
         &self.handle
     }
@@ -268,7 +290,7 @@ impl PrometheusExporter {
     }
 
     /// Runs the collectors, then renders the text exposition format: the recorder's
-    /// families, then those the collectors render themselves.
+    /// families, `tool_duration_seconds`, then those the collectors render themselves.
     pub fn render(&self) -> String {
         self.ensure_upkeep();
         let collectors = self
@@ -282,6 +304,9 @@ impl PrometheusExporter {
         }
         self.flush();
         let mut text = self.handle.render();
+        if let Some(cells) = &self.shared.cells {
+            cells.durations.render(&mut text);
+        }
         for c in &collectors {
             c.render(&mut text);
         }
@@ -297,8 +322,8 @@ impl PrometheusExporter {
 
     /// Adds what the recorder's per-thread cells hold to its metrics.
     fn flush(&self) {
-        if let Some(stripes) = &self.shared.stripes {
-            stripes.flush();
+        if let Some(cells) = &self.shared.cells {
+            cells.stripes.flush();
         }
     }
 
@@ -342,7 +367,7 @@ impl PrometheusExporter {
     /// record into the recorder any more.
     fn upkeep_loop(&self, every: Duration) -> impl std::future::Future<Output = ()> + Send {
         let handle = self.handle.clone();
-        let stripes = self.shared.stripes.clone();
+        let cells = self.shared.cells.clone();
         let liveness = match &self.target {
             MetricsTarget::Recorder(r) => Liveness::Recorder(Arc::downgrade(r)),
             MetricsTarget::Global => Liveness::Exporter(Arc::downgrade(&self.shared)),
@@ -357,8 +382,8 @@ impl PrometheusExporter {
                 if !liveness.alive() {
                     break;
                 }
-                if let Some(stripes) = &stripes {
-                    stripes.flush();
+                if let Some(cells) = &cells {
+                    cells.stripes.flush();
                 }
                 handle.run_upkeep();
             }
