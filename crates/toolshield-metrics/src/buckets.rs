@@ -11,6 +11,7 @@
 //! and a render adds up the cells. The text is the one the recorder would write for the
 //! same samples (the exposition test checks it line for line).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -40,23 +41,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// were first registered, with the family's description.
 #[derive(Default)]
 pub(crate) struct Durations {
-    series: Mutex<Vec<Arc<Series>>>,
+    series: Mutex<Registered>,
     help: Mutex<Option<SharedString>>,
+}
+
+/// The series in the order they were registered, and where each key's is.
+#[derive(Default)]
+struct Registered {
+    order: Vec<Arc<Series>>,
+    index: HashMap<Key, usize>,
 }
 
 impl Durations {
     /// The series of `key`: registered once, so a layer rebuilt by a reload goes on
     /// counting into the series its predecessor counted into.
     pub(crate) fn series(&self, key: &Key) -> Arc<Series> {
-        let mut series = lock(&self.series);
-        if let Some(s) = series.iter().find(|s| s.key == *key) {
+        let mut registered = lock(&self.series);
+        let Registered { order, index } = &mut *registered;
+        if let Some(s) = index.get(key).and_then(|&i| order.get(i)) {
             return Arc::clone(s);
         }
         let s = Arc::new(Series {
             key: key.clone(),
             lanes: (0..width()).map(|_| Lane::default()).collect(),
         });
-        series.push(Arc::clone(&s));
+        index.insert(key.clone(), order.len());
+        order.push(Arc::clone(&s));
         s
     }
 
@@ -68,7 +78,7 @@ impl Durations {
     /// Appends the family (nothing while no series is registered), in the text format
     /// the recorder writes its own histograms in.
     pub(crate) fn render(&self, out: &mut String) {
-        let series: Vec<Arc<Series>> = lock(&self.series).clone();
+        let series: Vec<Arc<Series>> = lock(&self.series).order.clone();
         if series.is_empty() {
             return;
         }
@@ -211,6 +221,33 @@ mod tests {
         b.record_many(0.5, 3);
         assert_eq!(a.counts().slots.iter().sum::<u64>(), 4);
         assert_eq!(a.counts().sum, 2.0);
+    }
+
+    #[test]
+    fn series_are_rendered_in_the_order_they_were_registered_and_found_again() {
+        use metrics::Label;
+        let d = Durations::default();
+        let key = |i: usize| {
+            Key::from_parts(
+                TOOL_DURATION_SECONDS,
+                vec![Label::new("tool", format!("t{i}"))],
+            )
+        };
+        let first: Vec<_> = (0..300).map(|i| d.series(&key(i))).collect();
+        for (i, s) in first.iter().enumerate().rev() {
+            assert!(Arc::ptr_eq(s, &d.series(&key(i))));
+        }
+        first[7].record(1.0);
+        let mut out = String::new();
+        d.render(&mut out);
+        let counts: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("tool_duration_seconds_count"))
+            .collect();
+        assert_eq!(counts.len(), 300);
+        assert_eq!(counts[0], "tool_duration_seconds_count{tool=\"t0\"} 0");
+        assert_eq!(counts[7], "tool_duration_seconds_count{tool=\"t7\"} 1");
+        assert_eq!(counts[299], "tool_duration_seconds_count{tool=\"t299\"} 0");
     }
 
     #[test]
