@@ -482,6 +482,42 @@ async fn tool_and_caller_pairs_that_spelled_one_key_do_not_share_an_entry() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn long_callers_and_escaped_tool_names_hit_their_own_entry_and_no_other() {
+    // Callers of every length around a few hundred bytes, a character of several bytes
+    // at their end, and tool names that are mostly escapes: each key is its own entry.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
+    let layer = per_user_layer();
+    let payload = json!({"q": 1});
+    let mut reqs = Vec::new();
+    for len in [96, 97, 98, 176, 704] {
+        reqs.push(("t".to_owned(), format!("{}é", "c".repeat(len))));
+        reqs.push(("t".to_owned(), "c".repeat(len)));
+    }
+    reqs.push(("{%}".repeat(30), "c".to_owned()));
+    reqs.push(("{%}".repeat(30), "cc".to_owned()));
+    for (tool, caller) in &reqs {
+        let req = ToolRequest::new(tool.as_str(), payload.clone())
+            .kind(CallKind::ReadOnly)
+            .caller(caller.as_str());
+        let first = call(&svc, &layer, req.clone()).await.expect("first");
+        assert!(
+            !first.provenance.cache_hit,
+            "{tool} / {} bytes",
+            caller.len()
+        );
+        let again = call(&svc, &layer, req).await.expect("again");
+        assert!(
+            again.provenance.cache_hit,
+            "{tool} / {} bytes",
+            caller.len()
+        );
+        assert_eq!(n_of(&again), n_of(&first));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), reqs.len(), "one call per key");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_call_without_a_caller_never_hits_a_callers_entry() {
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = counting_tool(&calls, Duration::ZERO, ok_n);
