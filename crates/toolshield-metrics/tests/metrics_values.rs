@@ -18,7 +18,7 @@ use toolshield_metrics::{local_prometheus, MetricsConfig, MetricsLayer};
 use toolshield_provenance::ProvenanceLayer;
 use toolshield_retry::{BackoffStrategy, RetryLayer};
 use toolshield_timeout::TimeoutLayer;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
 
 use support::{labels_of, parse, Labels};
 
@@ -219,5 +219,51 @@ async fn known_sequence_gives_exact_values() {
     assert_eq!(
         exp.value("circuit_breaker_rejections_total", &[("key", "slow")]),
         Some(1.0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_name_needing_escapes_cannot_forge_a_duration_series() {
+    // A registered name with a quote, a label separator and a backslash: rendered as one
+    // label value, never as a second label or another series.
+    let hostile = "a\",status=\"error\\";
+    let exporter = local_prometheus();
+    let mut svc = MetricsLayer::build(
+        MetricsConfig::with_tools([hostile, "plain"]),
+        exporter.target(),
+    )
+    .unwrap()
+    .layer(toolshield_test::BareTool);
+    for (tool, n) in [(hostile, 3), ("plain", 1)] {
+        for _ in 0..n {
+            let req = ToolRequest::new(tool, json!({}));
+            svc.ready().await.unwrap().call(req).await.unwrap();
+        }
+    }
+    let text = exporter.render();
+    let exp = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let count = "tool_duration_seconds_count";
+    assert_eq!(
+        exp.series(count),
+        expect(&[
+            (&[("tool", hostile), ("status", "success")], 3.0),
+            (&[("tool", "plain"), ("status", "success")], 1.0),
+        ])
+    );
+    assert_eq!(
+        exp.value(
+            "tool_duration_seconds_bucket",
+            &[("tool", hostile), ("status", "success"), ("le", "+Inf")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        exp.types.get("tool_duration_seconds").map(String::as_str),
+        Some("histogram")
+    );
+    assert_eq!(
+        text.matches("# TYPE tool_duration_seconds ").count(),
+        1,
+        "one family"
     );
 }
