@@ -1,6 +1,8 @@
 //! The call deadline of the shield's stack cuts a call and cancels the attempt token the
 //! tool was given, in the first attempt and in a retried one (the deadline leaves the
-//! guarding of attempts to the attempt timeout inside it).
+//! guarding of attempts to the attempt timeout inside it) and in a fallback tier (which
+//! runs outside the attempt timeout, so there the deadline guards it); a tier called
+//! after a timed-out attempt starts with a live token of its own.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,6 +60,17 @@ where
     );
 }
 
+/// The tool `slow` of `config` around `primary`, with `tier` as its one fallback tier.
+fn slow_with_tier(
+    config: &str,
+    primary: impl toolshield_core::ToolService,
+    tier: impl toolshield_core::ToolService,
+) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError> {
+    let shield = Shield::from_config(ShieldConfig::from_toml_str(config).unwrap()).unwrap();
+    let chain = toolshield_fallback::FallbackLayer::new().tier("backup", tier);
+    shield.wrap_with_fallback("slow", primary, Some(chain))
+}
+
 async fn cut_at_attempt(hang_from: usize) {
     let shield = Shield::from_config(ShieldConfig::from_toml_str(CONFIG).unwrap()).unwrap();
     let tokens = Arc::new(Mutex::new(Vec::new()));
@@ -91,14 +104,11 @@ async fn a_fallback_tier_cut_by_the_call_deadline_sees_its_token_cancelled() {
     timeout = { attempt = "10s", total = "10s" }
     retry = { max_attempts = 1 }
     "#;
-    let shield = Shield::from_config(ShieldConfig::from_toml_str(ONE_ATTEMPT).unwrap()).unwrap();
     let tier_tokens = Arc::new(Mutex::new(Vec::new()));
     // The primary fails at once; the tier never answers.
     let primary = tool(usize::MAX, Arc::new(Mutex::new(Vec::new())));
-    let chain =
-        toolshield_fallback::FallbackLayer::new().tier("backup", tool(1, Arc::clone(&tier_tokens)));
-    let svc = shield.wrap_with_fallback("slow", primary, Some(chain));
-    fails_at_the_deadline(svc).await;
+    let tier = tool(1, Arc::clone(&tier_tokens));
+    fails_at_the_deadline(slow_with_tier(ONE_ATTEMPT, primary, tier)).await;
     let tokens = tier_tokens.lock().unwrap();
     assert_eq!(tokens.len(), 1, "the tier was called");
     assert!(
@@ -117,7 +127,6 @@ async fn a_fallback_tier_after_a_timed_out_attempt_starts_with_a_live_attempt_to
     timeout = { attempt = "1s", total = "10s" }
     retry = { max_attempts = 1 }
     "#;
-    let shield = Shield::from_config(ShieldConfig::from_toml_str(TIMED_OUT).unwrap()).unwrap();
     let live_at_call = Arc::new(Mutex::new(None));
     let seen = Arc::clone(&live_at_call);
     let backup = service_fn(move |req: ToolRequest| {
@@ -125,8 +134,7 @@ async fn a_fallback_tier_after_a_timed_out_attempt_starts_with_a_live_attempt_to
         async { Ok::<_, ToolError>(ToolResponse::new(json!("from the tier"))) }
     });
     let primary = tool(1, Arc::new(Mutex::new(Vec::new())));
-    let chain = toolshield_fallback::FallbackLayer::new().tier("backup", backup);
-    let svc = shield.wrap_with_fallback("slow", primary, Some(chain));
+    let svc = slow_with_tier(TIMED_OUT, primary, backup);
     let req = ToolRequest::new("slow", json!({})).kind(CallKind::ReadOnly);
     let res = svc.oneshot(req).await.expect("the tier answers");
     assert_eq!(res.output, json!("from the tier"));
