@@ -309,3 +309,77 @@ fn loom_a_late_outcome_of_a_past_phase_moves_nothing() {
         assert_eq!(probes_in_flight(&b), 0);
     });
 }
+
+#[test]
+fn loom_no_probe_is_admitted_in_a_phase_whose_probe_already_failed() {
+    loom::model(|| {
+        // One permit: the phase's one probe fails while another caller arrives. That
+        // caller may probe a later phase (the wait is zero), never the failed one.
+        let b = tripped(1, 1);
+        let probe = b.admit().expect("the wait is over");
+        assert_eq!(probe.kind, TicketKind::Probe);
+        let failing = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || b.record(probe, Record::Failure { slow: false }))
+        };
+        let caller = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                let ticket = b.admit().ok();
+                if let Some(ticket) = ticket {
+                    if ticket.kind == TicketKind::Probe {
+                        b.release_permit(ticket.epoch);
+                    }
+                }
+                ticket
+            })
+        };
+        failing.join().expect("failing probe");
+        let admitted = caller.join().expect("caller");
+        if let Some(ticket) = admitted {
+            assert_ne!(
+                ticket.epoch, probe.epoch,
+                "a second probe in a phase with one permit, after its probe failed"
+            );
+        }
+        assert_eq!(probes_in_flight(&b), 0);
+        assert_eq!(state_by_counts(&b), b.state());
+    });
+}
+
+#[test]
+fn loom_no_probe_is_admitted_in_a_phase_whose_probe_already_succeeded() {
+    loom::model(|| {
+        let b = tripped(1, 1);
+        let probe = b.admit().expect("the wait is over");
+        assert_eq!(probe.kind, TicketKind::Probe);
+        let succeeding = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || b.record(probe, Record::Success { slow: false }))
+        };
+        let caller = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                let ticket = b.admit().ok();
+                if let Some(ticket) = ticket {
+                    if ticket.kind == TicketKind::Probe {
+                        b.release_permit(ticket.epoch);
+                    }
+                }
+                ticket
+            })
+        };
+        succeeding.join().expect("succeeding probe");
+        let admitted = caller.join().expect("caller");
+        if let Some(ticket) = admitted {
+            assert_ne!(
+                ticket.kind,
+                TicketKind::Probe,
+                "a second probe in a phase with one permit, after its probe succeeded"
+            );
+        }
+        assert_eq!(b.state(), CircuitState::Closed);
+        assert_eq!(probes_in_flight(&b), 0);
+        assert_eq!(state_by_counts(&b), CircuitState::Closed);
+    });
+}

@@ -623,17 +623,20 @@ impl BreakerState {
     }
 
     /// Whether the sweep may evict it: not pinned, no manual override, and closed; or, when the
-    /// registry is full (`full`), open with its wait over (its next call would only probe;
-    /// an idle key whose failures are that old starts afresh, so a flood of keys that
-    /// failed once and are never called again cannot pin the registry full).
+    /// registry is full (`full`), open with its wait over or half-open with no probe in
+    /// flight (its next call would only probe; an idle key whose failures are that old
+    /// starts afresh, so a flood of keys that failed once and are never called again, or
+    /// whose one probe was dropped or ignored, cannot pin the registry full).
     pub(crate) fn evictable(&self, full: bool) -> bool {
         let (_, mode, state) = unpack(self.word.load(Ordering::Acquire));
         !self.pinned.load(Ordering::Acquire)
             && mode == M_NORMAL
             && (state == ST_CLOSED
                 || full
-                    && state == ST_OPEN
-                    && self.now_nanos() >= self.open_until.load(Ordering::Acquire))
+                    && match state {
+                        ST_OPEN => self.now_nanos() >= self.open_until.load(Ordering::Acquire),
+                        _ => unpack_probes(self.probes.load(Ordering::Acquire)).2 == 0,
+                    })
     }
 
     /// Admits a call, or says how long to wait (`None` when unknown).
@@ -710,6 +713,13 @@ impl BreakerState {
                         });
                     }
                     if self.acquire_permit(epoch) {
+                        // The phase this permit was taken for may have been decided
+                        // (its probes' outcomes moved the breaker) or overridden since
+                        // the state word was read: give it back and look again.
+                        if self.word.load(Ordering::Acquire) != word {
+                            self.release_permit(epoch);
+                            continue;
+                        }
                         return Ok(Ticket {
                             epoch,
                             kind: TicketKind::Probe,
@@ -810,16 +820,20 @@ impl BreakerState {
             TicketKind::Untracked => {}
             TicketKind::Closed => self.record_closed(ticket.epoch, record),
             TicketKind::Probe | TicketKind::ShadowProbe => {
-                let release = ticket.kind == TicketKind::Probe;
+                // The permit is given back when this returns (or unwinds: an event
+                // callback may panic), so after the outcome has moved the breaker, if it
+                // does: a permit freed before that would admit one more probe into a
+                // phase already decided (`admit_slow` checks the phase again after
+                // taking a permit).
+                let _permit = (ticket.kind == TicketKind::Probe).then_some(Permit {
+                    breaker: self,
+                    epoch: ticket.epoch,
+                });
                 let slow_counts = self.core.slow_rate.is_some();
                 match record {
-                    Record::Ignore => {
-                        if release {
-                            self.release_permit(ticket.epoch);
-                        }
-                    }
+                    Record::Ignore => {}
                     Record::Success { slow } if !(slow && slow_counts) => {
-                        let done = self.update_probes(ticket.epoch, release, true);
+                        let done = self.update_probes(ticket.epoch, false, true);
                         if done.is_some_and(|s| s >= self.core.config.half_open_successes) {
                             let now = self.core.now_nanos();
                             self.transition(
@@ -832,9 +846,6 @@ impl BreakerState {
                         }
                     }
                     Record::Success { .. } | Record::Failure { .. } => {
-                        if release {
-                            self.release_permit(ticket.epoch);
-                        }
                         let reason = if matches!(record, Record::Failure { .. }) {
                             TransitionReason::ProbeFailed
                         } else {
@@ -1039,6 +1050,18 @@ impl BreakerState {
             probes_in_flight: in_flight,
             rejections: self.rejections(),
         }
+    }
+}
+
+/// A probe's permit, given back when dropped.
+struct Permit<'a> {
+    breaker: &'a BreakerState,
+    epoch: u32,
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        self.breaker.release_permit(self.epoch);
     }
 }
 

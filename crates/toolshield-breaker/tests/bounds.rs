@@ -13,7 +13,7 @@ use toolshield_breaker::{
 };
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_test::{BoxedTool, FailOnPayload};
-use tower::Layer;
+use tower::{Layer, Service, ServiceExt};
 
 type Svc = BoxedTool;
 
@@ -177,6 +177,80 @@ async fn idle_breakers_left_open_past_their_wait_do_not_pin_the_registry_full() 
         0,
         "no call ran under an unkept breaker"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_half_open_breakers_with_no_probe_in_flight_do_not_pin_the_registry_full() {
+    let (mut svc, registry) = setup(BreakerConfig {
+        consecutive_failures: 1,
+        open_wait: Duration::from_secs(1),
+        max_keys: 10,
+        idle_ttl: Duration::from_secs(60),
+        ..BreakerConfig::default()
+    });
+    for i in 0..10 {
+        let _ = call(&mut svc, &format!("server__junk-{i}"), "fail").await;
+    }
+    // After the wait each name is called once more and the caller gives up on that call
+    // (its probe is dropped unfinished): every breaker is half-open, with no probe in
+    // flight, and is never called again.
+    advance(Duration::from_secs(2)).await;
+    for i in 0..10 {
+        let key = format!("server__junk-{i}");
+        let probe = svc
+            .ready()
+            .await
+            .expect("ready")
+            .call(ToolRequest::new(key.as_str(), json!({ "r": "ok" })));
+        drop(probe);
+        let status = registry.status(&key).expect("held");
+        assert_eq!(status.state, CircuitState::HalfOpen);
+        assert_eq!(status.probes_in_flight, 0);
+    }
+    // Long after, real keys still get kept breakers.
+    advance(Duration::from_secs(120)).await;
+    for i in 0..5 {
+        call(&mut svc, &format!("real-{i}"), "ok")
+            .await
+            .expect("ok");
+    }
+    assert!(registry.status("real-4").is_some(), "a new key is kept");
+    assert!(registry.len() <= 10);
+    assert_eq!(
+        registry.overflowed(),
+        0,
+        "no call ran under an unkept breaker"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_half_open_breaker_with_a_probe_in_flight_is_not_evicted() {
+    let (mut svc, registry) = setup(BreakerConfig {
+        consecutive_failures: 1,
+        open_wait: Duration::from_secs(1),
+        max_keys: 1,
+        idle_ttl: Duration::from_secs(60),
+        ..BreakerConfig::default()
+    });
+    let _ = call(&mut svc, "probing", "fail").await;
+    advance(Duration::from_secs(2)).await;
+    // A probe that never finishes while the test holds it.
+    let mut hung = tower::service_fn(|_req: ToolRequest| {
+        std::future::pending::<Result<ToolResponse, ToolError>>()
+    });
+    let layer = toolshield_breaker::BreakerLayer::new(registry.clone());
+    let probe = layer
+        .layer(&mut hung)
+        .call(ToolRequest::new("probing", json!({})));
+    assert_eq!(registry.status("probing").unwrap().probes_in_flight, 1);
+    advance(Duration::from_secs(300)).await;
+    let _ = call(&mut svc, "other", "ok").await;
+    assert_eq!(
+        registry.state("probing"),
+        CircuitState::HalfOpen,
+        "kept while its probe runs"
+    );
+    drop(probe);
 }
 
 #[test]

@@ -910,3 +910,42 @@ async fn a_pinned_key_has_its_own_breaker_in_a_full_registry() {
     // A call with another key through the pinned service is looked up as usual.
     call(&mut pinned, "x", "ok").await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_whose_outcome_panics_in_an_event_callback_frees_its_permit() {
+    let (mut svc, registry, _) = setup(BreakerConfig {
+        consecutive_failures: 1,
+        open_wait: Duration::from_secs(1),
+        ..BreakerConfig::default()
+    });
+    // A callback that panics on the first transition a probe's outcome makes, once
+    // each (closing, then re-opening).
+    let armed = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&armed);
+    registry.on_event(move |e: &BreakerEvent| {
+        let probe_outcome = matches!(
+            e.reason,
+            TransitionReason::ProbeFailed | TransitionReason::ProbesSucceeded
+        );
+        if probe_outcome && seen.fetch_add(1, Ordering::SeqCst) < 2 {
+            panic!("callback bug");
+        }
+    });
+    for (outcome, after) in [("ok", CircuitState::Closed), ("fail", CircuitState::Open)] {
+        let _ = call(&mut svc, "t", "fail").await;
+        assert_eq!(registry.state("t"), CircuitState::Open);
+        advance(Duration::from_secs(2)).await;
+        let probe = svc.ready().await.unwrap().call(req("t", outcome));
+        let joined = tokio::spawn(probe).await;
+        assert!(joined.unwrap_err().is_panic(), "the callback panicked");
+        let status = registry.status("t").unwrap();
+        assert_eq!(status.state, after);
+        assert_eq!(status.probes_in_flight, 0, "the permit went back");
+    }
+    // The next phase can probe: the permit was not leaked.
+    advance(Duration::from_secs(2)).await;
+    call(&mut svc, "t", "ok")
+        .await
+        .expect("a probe is admitted");
+    assert_eq!(registry.state("t"), CircuitState::Closed);
+}
