@@ -28,7 +28,8 @@ use crate::store::{
 ///
 /// A PENDING record whose lease ran out stays visible to the next claim for one more
 /// lease (never to reads), so that claim is reported as a takeover, with the resume token
-/// the record carried ([`IdempotencyStore::mark_resume`]).
+/// the record carried ([`IdempotencyStore::mark_resume`]); a claim with another payload
+/// finds a lapsed record that carries a token held, as its work belongs to its payload.
 ///
 /// Clones share the same records.
 #[derive(Clone, Debug)]
@@ -150,6 +151,15 @@ impl InMemoryIdempotencyStore {
             };
         let outcome = self.entries.update(key, |found| match found {
             Some(f) if f.live => (Write::Keep, ClaimOutcome::Existing(Arc::clone(f.value))),
+            // An expired claim whose work can be resumed holds its key against another
+            // payload: that work was started for its own payload, and is kept for it.
+            Some(f)
+                if f.value.status == RecordStatus::Pending
+                    && f.value.resume.is_some()
+                    && f.value.payload_hash != record.payload_hash =>
+            {
+                (Write::Keep, ClaimOutcome::Existing(Arc::clone(f.value)))
+            }
             // An expired claim that was never finished nor released: its resume token, if
             // any, moves into the new claim (unless it brings its own), so a second
             // takeover still finds it.

@@ -121,9 +121,15 @@ fn new_owner_token() -> String {
 
 /// What the claim guard does if the call is dropped before its record is written.
 enum OnDrop {
-    /// Nothing ran (or the result is retriable), or a claim may still land: free the key
-    /// (owner-checked, so it never frees someone else's claim).
+    /// Nothing ran (or the result is retriable): free the key (owner-checked, so it never
+    /// frees someone else's claim).
     Release,
+    /// A claim that failed or was dropped in flight, and may still land: free the key as
+    /// [`Release`](Self::Release) does, unless the claim landed as a takeover of a claim
+    /// carrying a resume token (read back first): releasing would drop the token and let
+    /// the next claim start that work again, so it is left to lapse and the next claim
+    /// takes it over and resumes.
+    ReleaseClaim,
     /// Write this record (the final one, or `OUTCOME_UNKNOWN` for a write that failed).
     Write(Box<IdempotencyRecord>, Duration),
     /// A mutation in flight: write `OUTCOME_UNKNOWN` for it, kept for `ttl`. The record is
@@ -177,6 +183,18 @@ impl ClaimGuard {
         rt.spawn(async move {
             let store = &shared.store;
             match action {
+                OnDrop::ReleaseClaim => {
+                    // Read after the claim (on Redis, on the same connection): what it left.
+                    if let Ok(Some(rec)) = store.get(&key).await {
+                        if rec.is_owned_by(&owner) && rec.resume.is_some() {
+                            tracing::warn!("idempotency: a claim that took over resumable work failed; it is left to expire so the next call resumes");
+                            return;
+                        }
+                    }
+                    if let Err(e) = store.release(&key, &owner).await {
+                        tracing::warn!(error = %e, "idempotency: could not release a claim; its lease will expire");
+                    }
+                }
                 OnDrop::Release => {
                     if let Err(e) = store.release(&key, &owner).await {
                         tracing::warn!(error = %e, "idempotency: could not release a claim; its lease will expire");
@@ -422,8 +440,8 @@ where
         let sent = time::now();
         let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent, cfg.wait_timeout));
         // While the claim is in flight, a drop (or a failure: a claim that timed out may
-        // still land) releases it by our token.
-        guard.on_drop = OnDrop::Release;
+        // still land) releases it by our token (unless it took over resumable work).
+        guard.on_drop = OnDrop::ReleaseClaim;
         // The store builds the PENDING record only if the key is free: a replay builds none.
         let pending = PendingClaim {
             payload_hash,

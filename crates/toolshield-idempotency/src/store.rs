@@ -311,7 +311,10 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// there; else returns the live record untouched. Reports
     /// [`TakenOver`](ClaimOutcome::TakenOver) when the key was free because an earlier
     /// claim's lease expired without an outcome, with the resume token that claim carried
-    /// (which the new PENDING record then carries too, unless `record` has its own).
+    /// (which the new PENDING record then carries too, unless `record` has its own). A
+    /// resume token names work started for the expired claim's payload: while it can still
+    /// be taken over, a claim with another payload digest finds the key held
+    /// ([`Existing`](ClaimOutcome::Existing), with that digest) and the token stays.
     fn claim<'a>(
         &'a self,
         key: &'a str,

@@ -98,6 +98,7 @@ pub mod contract {
         ended_claims_forget_their_token(&make()).await;
         hostile_resume_tokens_are_refused(&make()).await;
         odd_resume_tokens_round_trip(&make()).await;
+        resume_token_stays_with_its_payload(&make()).await;
     }
 
     async fn mark<S: IdempotencyStore + ?Sized>(s: &S, k: &str, owner: &str, token: &str) -> bool {
@@ -210,6 +211,34 @@ pub mod contract {
                 resume: Some("task-1".to_owned())
             },
             "a second takeover still finds the token"
+        );
+        assert!(ok(s.finish(&k, "c", completed("c"), TTL).await, "finish"));
+    }
+
+    /// The resume token of a claim whose lease expired names work done for that claim's
+    /// payload: a claim of the key with another payload within the takeover window finds
+    /// the key held (the lapsed claim, with its payload digest) and neither gets the token
+    /// nor clears it, so a claim with the first payload still takes over and resumes.
+    pub async fn resume_token_stays_with_its_payload<S: IdempotencyStore + ?Sized>(s: &S) {
+        let k = key("resume-payload");
+        claim(s, &k, "a").await;
+        assert!(mark(s, &k, "a", "task-1").await);
+        sleep(LEASE + LEASE / 2).await;
+        let other = IdempotencyRecord::pending(hash("another payload"), "b", LEASE);
+        match ok(s.claim(&k, other, LEASE).await, "claim") {
+            ClaimOutcome::Existing(rec) => assert_eq!(
+                rec.payload_hash,
+                hash("p"),
+                "the key is held for the payload its work was started with"
+            ),
+            found => panic!("another payload must not take over resumable work: {found:?}"),
+        }
+        assert_eq!(
+            claim(s, &k, "c").await,
+            ClaimOutcome::TakenOver {
+                resume: Some("task-1".to_owned())
+            },
+            "the payload the work belongs to still resumes it"
         );
         assert!(ok(s.finish(&k, "c", completed("c"), TTL).await, "finish"));
     }

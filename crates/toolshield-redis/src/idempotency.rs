@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use toolshield_core::Digest;
 use toolshield_idempotency::{
     check_resume_token, ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus,
     StoreError, StoreFuture,
@@ -13,16 +14,20 @@ use crate::connection::{LuaScript, RedisConnection};
 use crate::error::Error;
 
 /// The claim: KEYS = record, lease marker; ARGV = record, lease ms, owner, marker ms, the
-/// record's own resume token as JSON (`""` for none).
+/// record's own resume token as JSON (`""` for none), the record's payload digest (hex).
 /// Returns `{0, nil}` (claimed), `{2, token}` (claimed over an expired claim: the marker of an
 /// owner that never finished was still there; `token` is the resume token it carried, as JSON,
-/// or nil) or `{1, record}` (held).
+/// or nil), `{1, record}` (held) or `{3, marker}` (held: the expired claim carries a resume
+/// token for another payload digest, the second line of its marker).
 ///
-/// The marker holds the owner, and after `mark_resume` a line break and the token as a JSON
-/// string (which has no raw line break: serde escapes control characters, and tokens
-/// have none); a tail that is not exactly one JSON string is no token. A takeover carries
-/// that token into the new record (appended as its last field, where serde writes
-/// `resume`) and onto the new marker, so a second takeover finds it too.
+/// The marker holds the owner, and after `mark_resume` a line break, the payload digest of
+/// the claim, a line break and the token as a JSON string (which has no raw line break:
+/// serde escapes control characters, and tokens have none); a tail that is not exactly one
+/// JSON string is no token. A token names work started for that digest: a claim with another
+/// digest does not take it over (a marker without a digest line, as written before the
+/// digest was kept, or with one that is not 64 hex characters, holds off no claim). A takeover carries that token into the new record (appended
+/// as its last field, where serde writes `resume`) and onto the new marker, so a second
+/// takeover finds it too.
 const CLAIM: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if v then return {1, v} end
@@ -33,13 +38,17 @@ if token then
   local ok, t = pcall(cjson.decode, token)
   if not ok or type(t) ~= 'string' then token = false end
 end
+if token then
+  local held = string.match(prev, '^[^\n]*\n(%x+)\n"[^\n]*"$')
+  if held and #held == 64 and held ~= ARGV[6] then return {3, prev} end
+end
 local rec = ARGV[1]
 local mark = ARGV[3]
 if ARGV[5] ~= '' then
-  mark = mark .. '\n' .. ARGV[5]
+  mark = mark .. '\n' .. ARGV[6] .. '\n' .. ARGV[5]
 elseif token then
   rec = string.sub(rec, 1, -2) .. ',"resume":' .. token .. '}'
-  mark = mark .. '\n' .. token
+  mark = mark .. '\n' .. ARGV[6] .. '\n' .. token
 end
 redis.call('SET', KEYS[1], rec, 'PX', ARGV[2])
 redis.call('SET', KEYS[2], mark, 'PX', ARGV[4])
@@ -91,8 +100,8 @@ return 1
 /// mark_resume: ARGV = owner, token as a JSON string, lease ms, new lease_until (RFC 3339).
 /// The record is rewritten as text, like `renew` (field order and the PENDING prefix kept):
 /// an earlier token (always the last field: serde writes `resume` last) is cut, the lease
-/// moved, and the token appended as the last field. The marker gets the token after the
-/// owner, and lives one more lease past the record.
+/// moved, and the token appended as the last field. The marker gets the record's payload
+/// digest and the token after the owner, and lives one more lease past the record.
 const MARK_RESUME_TAIL: &str = r#"
 local nv = v
 local cut = string.find(nv, ',"resume":', 1, true)
@@ -101,7 +110,7 @@ nv = (string.gsub(nv, '"lease_until":"[^"]*"', '"lease_until":"' .. ARGV[4] .. '
 nv = (string.gsub(nv, '"expires_at":"[^"]*"', '"expires_at":"' .. ARGV[4] .. '"', 1))
 nv = string.sub(nv, 1, -2) .. ',"resume":' .. ARGV[2] .. '}'
 redis.call('SET', KEYS[1], nv, 'PX', ARGV[3])
-redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2], 'PX', 2 * tonumber(ARGV[3]))
+redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. tostring(rec.payload_hash) .. '\n' .. ARGV[2], 'PX', 2 * tonumber(ARGV[3]))
 return 1
 "#;
 
@@ -237,6 +246,7 @@ impl RedisIdempotencyStore {
             None => String::new(),
         };
         let ms = millis(lease);
+        let digest = record.payload_hash.to_string();
         let reply: (i64, Option<String>) = self
             .conn
             .eval("claim", &Scripts::get().claim, |c| {
@@ -247,11 +257,26 @@ impl RedisIdempotencyStore {
                     .arg(ms)
                     .arg(&record.owner)
                     .arg(ms.saturating_mul(2))
-                    .arg(&own_token);
+                    .arg(&own_token)
+                    .arg(&digest);
             })
             .await?;
         match reply {
             (0, _) => Ok(ClaimOutcome::Claimed),
+            // An expired claim whose resumable work belongs to another payload: the key is
+            // held for that payload, shown as the lapsed claim (owner and digest of its
+            // marker), which the layer answers as a key reused with another payload.
+            (3, Some(marker)) => {
+                let mut lines = marker.split('\n');
+                let owner = lines.next().unwrap_or_default();
+                let held = lines
+                    .next()
+                    .and_then(Digest::from_hex)
+                    .ok_or_else(|| Error::new("corrupt lease marker: no payload digest"))?;
+                Ok(ClaimOutcome::Existing(Arc::new(
+                    IdempotencyRecord::pending(held, owner, lease),
+                )))
+            }
             (2, token) => Ok(ClaimOutcome::TakenOver {
                 // Not a JSON string: not a token (the marker was written by someone else).
                 resume: token.and_then(|t| serde_json::from_str::<String>(&t).ok()),
