@@ -118,6 +118,25 @@ impl ErrorKind {
         )
     }
 
+    /// Whether a call that failed with this kind may still have taken effect at the tool:
+    /// a timeout after the call was sent (`TIMEOUT`), an outcome already unknown
+    /// (`OUTCOME_UNKNOWN`), or a failure inside the tool layer, such as a caught panic
+    /// (`INTERNAL`). A `Mutating` call that failed so is never repeated, key or not: it
+    /// ends `OUTCOME_UNKNOWN` under an idempotency key.
+    ///
+    /// ```
+    /// use toolshield_contract::ErrorKind;
+    ///
+    /// assert!(ErrorKind::Timeout.may_have_taken_effect());
+    /// assert!(!ErrorKind::ConnectionFailed.may_have_taken_effect());
+    /// ```
+    pub const fn may_have_taken_effect(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Timeout | ErrorKind::OutcomeUnknown | ErrorKind::Internal
+        )
+    }
+
     /// Whether this error says something about the tool's health, so a circuit breaker
     /// counts it as a failure. Client errors, cancellations and toolshield's own
     /// rejections never count; `RATE_LIMITED` and `UNAUTHORIZED` do.

@@ -91,16 +91,6 @@ fn releases_key(kind: ErrorKind) -> bool {
         )
 }
 
-/// Whether a mutation that ended with `kind` may have taken effect without telling us:
-/// a timeout after it was sent, an outcome already unknown, or a failure inside the tool
-/// layer (a panic caught by the stack is `INTERNAL`).
-fn outcome_unknown_after(kind: ErrorKind) -> bool {
-    matches!(
-        kind,
-        ErrorKind::Timeout | ErrorKind::OutcomeUnknown | ErrorKind::Internal
-    )
-}
-
 /// A new owner token, unique to one claim: the process's prefix (122 random bits, a UUID
 /// v4 drawn once from the OS's CSPRNG, so two processes sharing a store never mint the
 /// same token) and the number of the claim in this process (a 64-bit counter, which does
@@ -690,7 +680,7 @@ where
                 guard.on_drop = OnDrop::Nothing;
                 Ok(resp)
             }
-            Err(e) if mutating && outcome_unknown_after(e.kind()) => {
+            Err(e) if mutating && e.kind().may_have_taken_effect() => {
                 counters.outcome_unknown.bump();
                 let said;
                 let what = match e.kind() {

@@ -11,7 +11,8 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 use toolshield_contract::config::{deadline_after, MAX_DURATION};
 use toolshield_contract::time;
 use toolshield_contract::{
-    AttemptGuard, Classify, ErrorKind, Failure, Outcome, ShieldRequest, ShieldResponse, ToolError,
+    AttemptGuard, CallKind, Classify, ErrorKind, Failure, Outcome, ShieldRequest, ShieldResponse,
+    ToolError,
 };
 use tower_service::Service;
 
@@ -206,6 +207,19 @@ where
     let Some(request) = request else {
         return Next::Done;
     };
+    // A mutation that may have taken effect (a timeout after it was sent) is not sent
+    // again, key or not: the tool may not dedupe on the key, and the idempotency layer
+    // outside records the call's outcome as unknown.
+    if failure.kind.may_have_taken_effect() && request.call_kind() == Some(CallKind::Mutating) {
+        not_started(
+            request.call_name().unwrap_or(""),
+            attempt,
+            None,
+            failure.kind,
+            "a mutation that may have taken effect is not repeated",
+        );
+        return Next::Done;
+    }
     if request
         .call_state()
         .is_some_and(|s| s.tokens().call().is_cancelled())

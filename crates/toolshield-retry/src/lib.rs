@@ -11,7 +11,9 @@
 //!   default `TIMEOUT`, `RATE_LIMITED`, `CONNECTION_FAILED`, `UPSTREAM_UNAVAILABLE`);
 //! - attempts are left (3 in total by default);
 //! - the call is not a [`Mutating`](toolshield_contract::CallKind::Mutating) one without an
-//!   idempotency key;
+//!   idempotency key, nor a `Mutating` one whose failure may have taken effect
+//!   ([`ErrorKind::may_have_taken_effect`](toolshield_contract::ErrorKind::may_have_taken_effect):
+//!   a `TIMEOUT` after it was sent), key or not;
 //! - the wait ends before the request's deadline, if it has one;
 //! - the [`RetryBudget`] shared by every clone of the layer has a token (retries add at
 //!   most 20 % of calls, with a floor of 10 per second).

@@ -235,7 +235,8 @@ async fn a_mutating_call_is_retried_only_with_an_idempotency_key() {
     let with_key = ToolRequest::new("pay", json!({"amount": 10}))
         .kind(CallKind::Mutating)
         .idempotency_key("order-42");
-    let tool = ScriptedTool::new([err(ErrorKind::Timeout), ok()]);
+    // Refused before it was sent: nothing ran, so it may be sent again.
+    let tool = ScriptedTool::new([err(ErrorKind::ConnectionFailed), ok()]);
     let res = no_wait()
         .layer(tool.service())
         .oneshot(with_key)
@@ -247,6 +248,48 @@ async fn a_mutating_call_is_retried_only_with_an_idempotency_key() {
     // Idempotent calls need no key.
     let idempotent = ToolRequest::new("put", json!({})).kind(CallKind::Idempotent);
     let tool = ScriptedTool::new([err(ErrorKind::Timeout), ok()]);
+    no_wait()
+        .layer(tool.service())
+        .oneshot(idempotent)
+        .await
+        .unwrap();
+    assert_eq!(tool.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mutation_that_may_have_taken_effect_is_never_repeated_even_with_a_key() {
+    let keyed = || {
+        ToolRequest::new("pay", json!({"amount": 10}))
+            .kind(CallKind::Mutating)
+            .idempotency_key("order-7")
+    };
+    // Whatever the classifier says: here every failure is retriable.
+    let retry_all = |r: &Result<ToolResponse, ToolError>| match r {
+        Ok(_) => Outcome::Success,
+        Err(e) => Outcome::Failure(Failure {
+            retriable: true,
+            ..Failure::of_kind(e.kind())
+        }),
+    };
+    for kind in [
+        ErrorKind::Timeout,
+        ErrorKind::OutcomeUnknown,
+        ErrorKind::Internal,
+    ] {
+        let tool = ScriptedTool::new([err(kind), ok()]);
+        let e = no_wait()
+            .with_classifier(retry_all)
+            .layer(tool.service())
+            .oneshot(keyed())
+            .await
+            .unwrap_err();
+        assert_eq!(tool.calls(), 1, "{kind:?}: not sent again");
+        assert_eq!(e.kind(), kind, "the attempt's error, as it was");
+        assert_eq!(e.attempts(), 1);
+    }
+    // The same failure of an idempotent call is retried.
+    let tool = ScriptedTool::new([err(ErrorKind::Timeout), ok()]);
+    let idempotent = ToolRequest::new("put", json!({})).kind(CallKind::Idempotent);
     no_wait()
         .layer(tool.service())
         .oneshot(idempotent)
