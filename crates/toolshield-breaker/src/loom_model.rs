@@ -310,32 +310,39 @@ fn loom_a_late_outcome_of_a_past_phase_moves_nothing() {
     });
 }
 
+/// One permit: the phase's one probe ends with `outcome` on one thread while another
+/// caller arrives on a second (and gives back a probe permit it gets). Returns the
+/// breaker, the probe and what the caller was admitted with.
+fn race_a_deciding_probe(outcome: Record) -> (Arc<BreakerState>, Ticket, Option<Ticket>) {
+    let b = tripped(1, 1);
+    let probe = b.admit().expect("the wait is over");
+    assert_eq!(probe.kind, TicketKind::Probe);
+    let deciding = {
+        let b = Arc::clone(&b);
+        thread::spawn(move || b.record(probe, outcome))
+    };
+    let caller = {
+        let b = Arc::clone(&b);
+        thread::spawn(move || {
+            let ticket = b.admit().ok();
+            if let Some(ticket) = ticket {
+                if ticket.kind == TicketKind::Probe {
+                    b.release_permit(ticket.epoch);
+                }
+            }
+            ticket
+        })
+    };
+    deciding.join().expect("deciding probe");
+    let admitted = caller.join().expect("caller");
+    (b, probe, admitted)
+}
+
 #[test]
 fn loom_no_probe_is_admitted_in_a_phase_whose_probe_already_failed() {
     loom::model(|| {
-        // One permit: the phase's one probe fails while another caller arrives. That
-        // caller may probe a later phase (the wait is zero), never the failed one.
-        let b = tripped(1, 1);
-        let probe = b.admit().expect("the wait is over");
-        assert_eq!(probe.kind, TicketKind::Probe);
-        let failing = {
-            let b = Arc::clone(&b);
-            thread::spawn(move || b.record(probe, Record::Failure { slow: false }))
-        };
-        let caller = {
-            let b = Arc::clone(&b);
-            thread::spawn(move || {
-                let ticket = b.admit().ok();
-                if let Some(ticket) = ticket {
-                    if ticket.kind == TicketKind::Probe {
-                        b.release_permit(ticket.epoch);
-                    }
-                }
-                ticket
-            })
-        };
-        failing.join().expect("failing probe");
-        let admitted = caller.join().expect("caller");
+        // The caller may probe a later phase (the wait is zero), never the failed one.
+        let (b, probe, admitted) = race_a_deciding_probe(Record::Failure { slow: false });
         if let Some(ticket) = admitted {
             assert_ne!(
                 ticket.epoch, probe.epoch,
@@ -350,27 +357,7 @@ fn loom_no_probe_is_admitted_in_a_phase_whose_probe_already_failed() {
 #[test]
 fn loom_no_probe_is_admitted_in_a_phase_whose_probe_already_succeeded() {
     loom::model(|| {
-        let b = tripped(1, 1);
-        let probe = b.admit().expect("the wait is over");
-        assert_eq!(probe.kind, TicketKind::Probe);
-        let succeeding = {
-            let b = Arc::clone(&b);
-            thread::spawn(move || b.record(probe, Record::Success { slow: false }))
-        };
-        let caller = {
-            let b = Arc::clone(&b);
-            thread::spawn(move || {
-                let ticket = b.admit().ok();
-                if let Some(ticket) = ticket {
-                    if ticket.kind == TicketKind::Probe {
-                        b.release_permit(ticket.epoch);
-                    }
-                }
-                ticket
-            })
-        };
-        succeeding.join().expect("succeeding probe");
-        let admitted = caller.join().expect("caller");
+        let (b, _, admitted) = race_a_deciding_probe(Record::Success { slow: false });
         if let Some(ticket) = admitted {
             assert_ne!(
                 ticket.kind,
