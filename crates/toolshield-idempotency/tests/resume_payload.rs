@@ -82,6 +82,16 @@ async fn crash_once_marked<F: Future>(fut: F, store: &InMemoryIdempotencyStore) 
     panic!("the first call never marked its claim");
 }
 
+/// A first call of 42 through `svc` crashes once its claim carries a resume token, and
+/// its lease lapses.
+async fn crash_and_lapse<S>(svc: S, store: &InMemoryIdempotencyStore)
+where
+    S: tower::Service<ToolRequest, Response = ToolResponse, Error = ToolError>,
+{
+    crash_once_marked(svc.oneshot(pay(42, CallKind::Mutating)), store).await;
+    advance(LEASE + LEASE / 2).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lapsed_claims_work_is_never_resumed_for_another_payload() {
     let store = Arc::new(InMemoryIdempotencyStore::new());
@@ -90,14 +100,7 @@ async fn a_lapsed_claims_work_is_never_resumed_for_another_payload() {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let svc = tool(ran.clone());
 
-    crash_once_marked(
-        layer
-            .layer(svc.clone())
-            .oneshot(pay(42, CallKind::Mutating)),
-        &store,
-    )
-    .await;
-    advance(LEASE + LEASE / 2).await;
+    crash_and_lapse(layer.layer(svc.clone()), &store).await;
 
     // The same key with another payload: the key is in use for the first payload (its
     // work may still be running), so this is a reuse, not a resume of someone else's work.
@@ -127,14 +130,7 @@ async fn a_takeover_whose_claim_reply_was_lost_keeps_the_work_to_resume() {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let svc = tool(ran.clone());
 
-    crash_once_marked(
-        layer
-            .layer(svc.clone())
-            .oneshot(pay(42, CallKind::Mutating)),
-        &store,
-    )
-    .await;
-    advance(LEASE + LEASE / 2).await;
+    crash_and_lapse(layer.layer(svc.clone()), &store).await;
 
     // The takeover is applied, but its reply is lost: the call fails, nothing runs.
     plan.once("claim", Fault::ApplyThenFail);
