@@ -3,6 +3,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tokio::time::Instant;
+use toolshield_core::config::deadline_after;
 use toolshield_core::keys;
 use toolshield_core::time;
 use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
@@ -93,8 +95,11 @@ impl StorePath<ToolRequest> for CacheLayer {
             }
             None if self.shared.store.answers_now() => {
                 if let Join::Lead(leader) = flight::join(Held(Arc::clone(&self.shared)), &key) {
+                    let deadline = req.deadline_at();
                     let called = inner.call(req);
-                    return ResponseFuture::boxed(Box::pin(lead(leader, called, key, policy)));
+                    return ResponseFuture::boxed(Box::pin(lead(
+                        leader, called, key, policy, deadline,
+                    )));
                 }
             }
             _ => {}
@@ -113,6 +118,12 @@ impl StorePath<ToolRequest> for CacheLayer {
 /// retriable error, an execution failure, an open circuit), not wrong input or access.
 fn serves_stale(kind: ErrorKind) -> bool {
     kind.is_retriable() || matches!(kind, ErrorKind::ExecutionFailed | ErrorKind::CircuitOpen)
+}
+
+/// A stale entry kept by a leader in case its tool fails, and when its grace ends.
+struct Stale {
+    response: ToolResponse,
+    until: Instant,
 }
 
 fn hit(mut resp: ToolResponse) -> ToolResponse {
@@ -146,7 +157,11 @@ where
                     shared.counters.hits.bump();
                     return Ok(hit(found.response));
                 }
-                Ok(Some(found)) => Some(Box::new(found.response)),
+                // The grace is judged when the tool has failed, against when it ends.
+                Ok(Some(found)) => Some(Box::new(Stale {
+                    until: deadline_after(time::now(), found.ttl_left),
+                    response: found.response,
+                })),
                 Ok(None) => None,
                 Err(e) => {
                     shared.counters.store_errors.bump();
@@ -168,10 +183,13 @@ where
                 },
             }
         };
-        let Some(called) = call.take().map(|(mut svc, req)| svc.call(req)) else {
+        let Some((deadline, called)) = call
+            .take()
+            .map(|(mut svc, req)| (req.deadline_at(), svc.call(req)))
+        else {
             return Err(ToolError::internal("cache called the tool twice"));
         };
-        settle(leader, called, &key, policy, stale).await
+        settle(leader, called, &key, policy, stale, deadline).await
     }
 }
 
@@ -215,18 +233,21 @@ fn lead<F, E>(
     called: F,
     key: String,
     policy: CacheConfig,
+    deadline: Option<Instant>,
 ) -> impl Future<Output = Result<ToolResponse, ToolError>>
 where
     F: Future<Output = Result<ToolResponse, E>>,
     E: Into<ToolError>,
 {
-    settle(leader, called, key, policy, None)
+    settle(leader, called, key, policy, None, deadline)
 }
 
 /// A leader's tool call to its end: counted as a miss, its success stamped with
 /// `fetched_at` and stored (unless the output reports an error in-band), its failure
-/// answered with the `stale` entry where `stale_if_error` allows; the result is handed to
-/// the flight's followers.
+/// answered with the `stale` entry while its grace lasts; the result is handed to the
+/// flight's followers, unless it is a `TIMEOUT` at the leader's own `deadline`: that is
+/// the leader's budget running out (the attempt timeout inside enforces it), as a dropped
+/// leader's is, not an answer for followers with budgets of their own.
 // Not an async fn, for the reason `run` is not.
 #[allow(clippy::manual_async_fn)]
 fn settle<F, E, R, K>(
@@ -234,7 +255,8 @@ fn settle<F, E, R, K>(
     called: F,
     key: K,
     policy: CacheConfig,
-    stale: Option<Box<ToolResponse>>,
+    stale: Option<Box<Stale>>,
+    deadline: Option<Instant>,
 ) -> impl Future<Output = Result<ToolResponse, ToolError>>
 where
     F: Future<Output = Result<ToolResponse, E>>,
@@ -263,15 +285,27 @@ where
             }
         }
         if let (Err(e), Some(old)) = (&result, stale) {
-            if !policy.stale_if_error.is_zero() && serves_stale(e.kind()) {
+            if !policy.stale_if_error.is_zero() && serves_stale(e.kind()) && time::now() < old.until
+            {
                 shared.counters.stale.bump();
                 tracing::warn!(code = e.code(), "serving a stale cache entry");
-                let mut old = *old;
+                let mut old = old.response;
                 old.provenance.stale = true;
                 result = Ok(hit(old));
             }
         }
-        leader.finish(&result);
+        match &result {
+            // Dropped: the flight ends without a result and a follower leads a new one.
+            Err(e)
+                if e.kind() == ErrorKind::Timeout
+                    && deadline.is_some_and(|at| time::now() >= at) =>
+            {
+                drop(leader);
+            }
+            _ => {
+                leader.finish(&result);
+            }
+        }
         result
     }
 }
@@ -323,6 +357,7 @@ mod tests {
             tower::Service::call(&mut svc, req.clone()),
             "k".to_owned(),
             CacheConfig::default(),
+            None,
         );
         let led_size = std::mem::size_of_val(&led);
         let full = run(
@@ -333,8 +368,8 @@ mod tests {
         );
         let full_size = std::mem::size_of_val(&full);
         eprintln!("led miss: {led_size} bytes, full path: {full_size} bytes");
-        // 240 and 440 bytes. Before misses were led from `call`, every miss took the full
-        // path, at 360 bytes (584 with the 232-byte `Result` of before the provenance
+        // 256 and 456 bytes, the leader's deadline included. Before misses were led from
+        // `call`, every miss took the full path, at 360 bytes (584 with the 232-byte `Result` of before the provenance
         // record was boxed).
         assert!(led_size <= 288, "a led miss's future is {led_size} bytes");
         assert!(

@@ -261,6 +261,11 @@ where
         let error = match (idle_expired, *this.expiry) {
             (Some(limit), _) => ToolError::timeout(format!("no progress for {limit:?}")),
             (None, Expiry::Attempt(d)) => ToolError::timeout(format!("attempt exceeded {d:?}")),
+            // An earlier deadline the request carried cut the budget short: worked out
+            // here, on expiry, so a call that finishes pays nothing for it.
+            (None, Expiry::Total(d)) if *this.expires < deadline_after(*this.start, d) => {
+                ToolError::timeout("call reached its deadline")
+            }
             (None, Expiry::Total(d)) => {
                 ToolError::timeout(format!("call exceeded its deadline of {d:?}"))
             }

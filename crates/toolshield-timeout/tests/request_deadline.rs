@@ -93,3 +93,21 @@ async fn an_earlier_request_deadline_cuts_the_attempt_and_says_so() {
     assert_eq!(took, Duration::from_millis(1500));
     assert!(e.message().contains("reached its deadline"), "{e}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_total_deadline_cut_short_by_the_requests_deadline_says_so() {
+    let svc = toolshield_timeout::DeadlineLayer::new(Duration::from_secs(30))
+        .layer(hung(Arc::new(AtomicU32::new(0))));
+    let start = Instant::now();
+    let e = svc
+        .oneshot(read(start + Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert!(
+        !e.message().contains("30s"),
+        "cut at the request's deadline, not the 30 s budget: {e}"
+    );
+    assert!(e.message().contains("reached its deadline"), "{e}");
+}
