@@ -119,6 +119,9 @@ impl std::fmt::Debug for Permit {
     }
 }
 
+/// The longest key held in a compartment of its own, in bytes; longer keys share one.
+pub(crate) const MAX_KEY_LEN: usize = 4096;
+
 /// The compartments of a layer.
 #[derive(Debug)]
 pub(crate) enum Gates {
@@ -130,6 +133,8 @@ pub(crate) enum Gates {
 pub(crate) struct KeyedGates {
     /// `None` is the compartment of calls without a key.
     map: Mutex<HashMap<Option<Arc<str>>, Arc<Gate>>>,
+    /// The compartment every key longer than [`MAX_KEY_LEN`] shares: never in the map.
+    overflow: Arc<Gate>,
     max_keys: usize,
     max_concurrent: usize,
     counters: Arc<Counters>,
@@ -142,6 +147,10 @@ impl KeyedGates {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(g) = map.get(&key as &dyn Lookup) {
             return Some(Arc::clone(g));
+        }
+        if key.is_some_and(|k| k.len() > MAX_KEY_LEN) {
+            // Limited together, never held: the map stays within `max_keys` short keys.
+            return Some(Arc::clone(&self.overflow));
         }
         if map.len() >= self.max_keys {
             // An idle compartment is held by the map alone (every permit and queue place
@@ -210,6 +219,7 @@ impl Gates {
     pub(crate) fn keyed(max_concurrent: usize, max_keys: usize, counters: Arc<Counters>) -> Self {
         Gates::Keyed(KeyedGates {
             map: Mutex::new(HashMap::new()),
+            overflow: Arc::new(Gate::new(max_concurrent, Arc::clone(&counters))),
             max_keys: max_keys.max(1),
             max_concurrent,
             counters,

@@ -120,8 +120,9 @@ impl<K> BulkheadLayer<K> {
 
     /// One compartment per key that `key` picks (each with the full limit and queue),
     /// holding at most `max_keys` keys (at least 1): idle keys are evicted to make room,
-    /// and a new key is rejected with `OVERLOADED` while every held key is busy. Starts
-    /// fresh compartments: call it before building services.
+    /// and a new key is rejected with `OVERLOADED` while every held key is busy. Keys
+    /// longer than 4 KiB are not held: they share one overflow compartment. Starts fresh
+    /// compartments: call it before building services.
     #[must_use]
     pub fn keyed<K2>(self, key: K2, max_keys: usize) -> BulkheadLayer<K2> {
         BulkheadLayer {

@@ -9,7 +9,9 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use toolshield_contract::config::deadline_after;
 use toolshield_contract::time;
-use toolshield_contract::{AttemptGuard, Hedged, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_contract::{
+    AttemptGuard, ErrorKind, Hedged, ShieldRequest, ShieldResponse, ToolError,
+};
 use tower_service::Service;
 
 use crate::service::Shared;
@@ -72,6 +74,9 @@ enum Verdict<R> {
     Fatal(Result<R, ToolError>),
     /// A failure another attempt may not have.
     Failed(Result<R, ToolError>),
+    /// Refused by a layer inside before the tool ran (an open breaker): attempts already
+    /// admitted keep running, and no further hedge is sent into the refusal.
+    Refused(Result<R, ToolError>),
 }
 
 fn judge<R: ShieldResponse, E: Into<ToolError>>(result: Result<R, E>) -> Verdict<R> {
@@ -83,7 +88,9 @@ fn judge<R: ShieldResponse, E: Into<ToolError>>(result: Result<R, E>) -> Verdict
         },
         Err(e) => {
             let e = e.into();
-            if e.is_retriable() {
+            if e.kind() == ErrorKind::CircuitOpen {
+                Verdict::Refused(Err(e))
+            } else if e.is_retriable() {
                 Verdict::Failed(Err(e))
             } else {
                 Verdict::Fatal(Err(e))
@@ -245,6 +252,13 @@ where
         res
     }
 
+    /// An attempt refused before it ran: the call goes on with the attempts in flight (the
+    /// refusal is its answer only if none of them answers), and hedging stops.
+    fn refused(&mut self, out: Result<S::Response, ToolError>) {
+        self.last_failure = Some(out);
+        self.closed = true;
+    }
+
     fn poll_attempts(
         &mut self,
         mut first: Pin<&mut Option<S::Future>>,
@@ -265,6 +279,7 @@ where
                             self.last_failure = Some(out);
                             self.due = true;
                         }
+                        Verdict::Refused(out) => self.refused(out),
                     }
                 }
             }
@@ -288,6 +303,7 @@ where
                         self.last_failure = Some(out);
                         self.due = true;
                     }
+                    Verdict::Refused(out) => self.refused(out),
                 }
             }
 

@@ -28,8 +28,10 @@ pub(crate) struct Shared {
 /// retriable failure of one attempt sends the next hedge at once (as Polly's hedging
 /// does) and does not end the call while another attempt may still succeed; a
 /// non-retriable failure (`INVALID_INPUT`, `NOT_FOUND`, `CANCELLED`, ...) ends it at
-/// once, as every copy would fail the same way. When every attempt failed and no hedge is
-/// left, the last failure is returned.
+/// once, as every copy would fail the same way. An attempt refused with `CIRCUIT_OPEN` (a
+/// breaker inside, which may have admitted an earlier attempt as its half-open probe)
+/// stops hedging but leaves the attempts in flight running. When every attempt failed and
+/// no hedge is left, the last failure is returned.
 ///
 /// Every other call (`Mutating`, `Idempotent` without a key, or a kind the request does
 /// not know) passes through untouched: nothing is cloned and nothing is timed.

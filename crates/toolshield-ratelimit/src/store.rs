@@ -47,15 +47,21 @@ pub trait RateLimitStore: Send + Sync + 'static {
 /// Bytes an entry weighs besides its key.
 const ENTRY_OVERHEAD: u64 = 64;
 
+/// The longest key stored in a bucket of its own, in bytes; longer keys share the overflow
+/// bucket.
+const MAX_KEY_LEN: u64 = 4096;
+
 /// The GCRA state of every key in memory, for one process: a bounded [`TtlMap`] of each
 /// key's time, each entry living until its time has passed (then the key is as new).
 ///
 /// Bounded: at most `max_keys` keys (CLOCK eviction makes room; an evicted key starts
 /// afresh, so size the bound above the keys active within one period). A key too long
-/// to store (longer than about `4 KiB`) shares one overflow bucket with every such key:
+/// to store (longer than 4 KiB) shares one overflow bucket with every such key:
 /// limited together, never unlimited.
 pub struct MemoryRateLimitStore {
     map: TtlMap<Instant>,
+    /// The heaviest entry stored: a key of [`MAX_KEY_LEN`], or less when a shard is smaller.
+    max_weight: u64,
     absent: Mutex<Option<Instant>>,
     overflow: Mutex<Option<Instant>>,
 }
@@ -80,9 +86,11 @@ impl MemoryRateLimitStore {
     #[must_use]
     pub fn new(max_keys: u64) -> Self {
         let max_keys = max_keys.max(1);
-        let bytes = max_keys.saturating_mul(4096 + ENTRY_OVERHEAD);
+        let bytes = max_keys.saturating_mul(MAX_KEY_LEN + ENTRY_OVERHEAD);
+        let map = TtlMap::new(MemoryBounds::new(max_keys, bytes));
         MemoryRateLimitStore {
-            map: TtlMap::new(MemoryBounds::new(max_keys, bytes)),
+            max_weight: map.max_weight().min(MAX_KEY_LEN + ENTRY_OVERHEAD),
+            map,
             absent: Mutex::new(None),
             overflow: Mutex::new(None),
         }
@@ -113,7 +121,7 @@ impl MemoryRateLimitStore {
             return Self::decide_in(&self.absent, limit, max_wait);
         };
         let weight = key.len() as u64 + ENTRY_OVERHEAD;
-        if weight > self.map.max_weight() {
+        if weight > self.max_weight {
             return Self::decide_in(&self.overflow, limit, max_wait);
         }
         let now = time::now();
@@ -170,7 +178,7 @@ impl RateLimitStore for MemoryRateLimitStore {
             return Self::refund_in(&self.absent, limit, turn);
         };
         let weight = key.len() as u64 + ENTRY_OVERHEAD;
-        if weight > self.map.max_weight() {
+        if weight > self.max_weight {
             return Self::refund_in(&self.overflow, limit, turn);
         }
         let now = time::now();
