@@ -1,3 +1,4 @@
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -129,6 +130,7 @@ where
         if !may_hedge(&req) {
             return ResponseFuture::passthrough(self.inner.call(req));
         }
+        self.shared.stats.eligible.fetch_add(1, Ordering::Relaxed);
         if self.shared.own_budget {
             if let Some(budget) = &self.shared.budget {
                 budget.deposit();

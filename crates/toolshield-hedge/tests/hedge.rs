@@ -227,6 +227,11 @@ async fn a_first_attempt_faster_than_the_delay_sends_no_hedge() {
     advance(Duration::from_secs(5)).await;
     assert_eq!(tool.calls(), 1);
     assert_eq!(layer.stats().hedges_sent(), 0);
+    assert_eq!(
+        layer.stats().eligible(),
+        1,
+        "a read-only call could be hedged"
+    );
     assert!(!tool.attempt_cancelled(0));
 }
 
@@ -246,6 +251,11 @@ async fn mutating_and_unkeyed_idempotent_calls_are_never_hedged() {
         assert_eq!(res.body, "only");
         assert_eq!(tool.calls(), 1);
         assert_eq!(layer.stats().hedges_sent(), 0);
+        assert_eq!(
+            layer.stats().eligible(),
+            0,
+            "not a call that could be hedged"
+        );
     }
 }
 
