@@ -55,7 +55,7 @@ pub use events::{BreakerEvent, CircuitState, EvictedCounts, TransitionCount, Tra
 pub use future::ResponseFuture;
 pub use key::{key_fn, FixedKey, FnKey, KeyFn, ToolKey, UNNAMED_KEY};
 pub use layer::{BreakerLayer, PinnedBreakerLayer};
-pub use registry::BreakerRegistry;
+pub use registry::{BreakerRegistry, MAX_KEY_LEN};
 pub use service::Breaker;
 pub use shared::SharedOpenState;
 pub use state::BreakerStatus;

@@ -21,6 +21,13 @@ use crate::state::{BreakerState, BreakerStatus, Core, Override};
 
 const SHARDS: usize = 16;
 
+/// The longest key the registry holds a breaker for, in bytes. A call whose key is longer
+/// runs under the registry's overflow breaker, as a call to a full registry does (it
+/// admits and never trips; counted by [`BreakerRegistry::overflowed`]), so the registry
+/// holds at most `max_keys` keys of at most this length whatever a [`KeyFn`](crate::KeyFn)
+/// returns.
+pub const MAX_KEY_LEN: usize = 4096;
+
 /// The most often a call may run a sweep (less if `idle_ttl` is shorter): a full
 /// registry whose breakers cannot be evicted would otherwise sweep on every new key.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -57,7 +64,8 @@ struct Inner {
 /// override that were not used since the previous sweep; calls run at most one sweep per
 /// second (per `idle_ttl` if shorter), so a registry full of breakers that cannot be
 /// evicted does not sweep on every new key. If it is still full, the call runs under a
-/// fresh breaker that is not kept (counted by [`overflowed`](Self::overflowed)). An
+/// fresh breaker that is not kept (counted by [`overflowed`](Self::overflowed)), as does a
+/// call whose key is longer than [`MAX_KEY_LEN`]. An
 /// evicted breaker takes its counts with it (see [`evicted_counts`](Self::evicted_counts)).
 ///
 /// ```
@@ -160,6 +168,11 @@ impl BreakerRegistry {
 
     /// The breaker of `key`, created if needed (the service's lookup on a cache miss).
     pub(crate) fn get_or_insert(&self, key: &str) -> Arc<BreakerState> {
+        if key.len() > MAX_KEY_LEN {
+            // Never held: the registry's memory is bounded by `max_keys` keys of at most
+            // this length, whatever a key function returns.
+            return self.unkept();
+        }
         if let Some(s) = Self::read(self.shard(key)).get(key) {
             s.touch();
             return Arc::clone(s);
@@ -316,7 +329,8 @@ impl BreakerRegistry {
         self.len() == 0
     }
 
-    /// Calls that ran under a breaker that was not kept because the registry was full.
+    /// Calls that ran under a breaker that was not kept: the registry was full, or the
+    /// key was longer than [`MAX_KEY_LEN`].
     pub fn overflowed(&self) -> u64 {
         self.inner.overflowed.load(Ordering::Relaxed)
     }

@@ -281,3 +281,39 @@ fn durations_beyond_the_bound_are_rejected_with_every_other_problem() {
     };
     assert!(window.validate().is_err());
 }
+
+#[tokio::test(start_paused = true)]
+async fn keys_longer_than_the_key_bound_are_never_held_by_the_registry() {
+    // Breakers keyed by a name the request carries (a host, an agent): a hostile caller
+    // sends megabyte names, each once.
+    let layer = BreakerLayer::from_config(&BreakerConfig {
+        consecutive_failures: 1,
+        max_keys: 10,
+        ..BreakerConfig::default()
+    })
+    .expect("valid config")
+    .key_fn(toolshield_breaker::key_fn(|req: &ToolRequest| {
+        std::borrow::Cow::Owned(req.payload()["host"].as_str().unwrap_or("").to_owned())
+    }));
+    let registry = layer.registry().clone();
+    let mut svc =
+        BoxedTool::new(layer.layer(FailOnPayload::new("r", ErrorKind::UpstreamUnavailable)));
+    let long = "h".repeat(toolshield_breaker::MAX_KEY_LEN + 1);
+    for _ in 0..3 {
+        let req = ToolRequest::new("fetch", json!({ "host": long, "r": "ok" }));
+        toolshield_test::call(&mut svc, req)
+            .await
+            .expect("admitted");
+    }
+    assert_eq!(registry.len(), 0, "no breaker holds a key over the bound");
+    assert!(registry.status(&long).is_none());
+    assert_eq!(registry.overflowed(), 3, "each such call is counted");
+    // A key at the bound is kept as any other.
+    let at_bound = "h".repeat(toolshield_breaker::MAX_KEY_LEN);
+    let req = ToolRequest::new("fetch", json!({ "host": at_bound, "r": "ok" }));
+    toolshield_test::call(&mut svc, req)
+        .await
+        .expect("admitted");
+    assert_eq!(registry.len(), 1);
+    assert!(registry.status(&at_bound).is_some());
+}
