@@ -99,7 +99,9 @@ struct Shared {
 /// Cloning is cheap: the tool name, payload, metadata and tokens sit behind one `Arc`, so
 /// retry, cache and idempotency layers hold copies for one reference-count increment. The canonical payload
 /// digest ([`payload_digest`](ToolRequest::payload_digest)) is computed once and shared
-/// by every clone.
+/// by every clone. So are the tokens: to send clones as separate calls at the same time,
+/// give each its own ([`cancel_token`](ToolRequest::cancel_token)), or a timeout of one
+/// cancels the attempt token the other's tool watches.
 ///
 /// # Cancellation
 ///

@@ -312,3 +312,20 @@ fn slow_mark_is_visible_on_the_response() {
     assert!(res.provenance.slow);
     assert_eq!(res.slow_call().unwrap().elapsed, Duration::from_secs(3));
 }
+
+#[test]
+fn clones_given_their_own_call_token_do_not_share_an_attempt_token() {
+    let parent = tokio_util::sync::CancellationToken::new();
+    let template = ToolRequest::new("search", json!({"q": "x"})).cancel_token(parent.clone());
+    let a = template.clone().cancel_token(parent.child_token());
+    let b = template.clone().cancel_token(parent.child_token());
+    // A timeout or a dropped future of `a` cancels its attempt token: `b`'s tool goes on.
+    drop(a.call_tokens().clone().guard_attempt());
+    assert!(a.attempt_token().is_cancelled());
+    assert!(!b.attempt_token().is_cancelled());
+    assert!(!b.is_cancelled());
+    // The caller's own token still reaches both.
+    parent.cancel();
+    assert!(b.attempt_token().is_cancelled());
+    assert!(b.is_cancelled());
+}
