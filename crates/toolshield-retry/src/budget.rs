@@ -33,7 +33,8 @@ pub struct RetryBudget {
     capacity: i64,
     per_sec: u64,
     start: Instant,
-    /// Nanoseconds since `start` up to which the floor has been credited.
+    /// Nanoseconds since `start` up to which the floor has been credited (the time of a
+    /// fraction of a unit not yet credited stays after it).
     credited_ns: AtomicU64,
 }
 
@@ -113,6 +114,10 @@ impl RetryBudget {
     }
 
     /// Credits the floor for the time elapsed since the last credit.
+    ///
+    /// Only the time that whole units (millionths of a token) were credited for is
+    /// consumed; the rest carries over to the next credit, so checks made more often than
+    /// one unit's worth of time still add up to the floor's rate.
     fn credit_floor(&self) {
         if self.per_sec == 0 {
             return;
@@ -123,23 +128,33 @@ impl RetryBudget {
                 .as_nanos(),
         )
         .unwrap_or(u64::MAX);
+        // Units per second; at most u32::MAX × 10^6, well within a u128 product.
+        let rate = u128::from(self.per_sec) * (UNIT as u128);
         let mut previous = self.credited_ns.load(Ordering::Relaxed);
-        loop {
+        let credit = loop {
             if now <= previous {
                 return;
             }
+            let elapsed = u128::from(now - previous);
+            let units = elapsed * rate / 1_000_000_000;
+            if units == 0 {
+                // Less than one unit's worth of time: leave it for the next credit.
+                return;
+            }
+            // The time those units stand for, rounded up: never more than `elapsed`
+            // (`units` was rounded down), so no credit is given twice.
+            let used = (units * 1_000_000_000).div_ceil(rate);
+            let used = u64::try_from(used).unwrap_or(u64::MAX);
             match self.credited_ns.compare_exchange_weak(
                 previous,
-                now,
+                previous.saturating_add(used),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => break,
+                Ok(_) => break units,
                 Err(actual) => previous = actual,
             }
-        }
-        let elapsed = u128::from(now - previous);
-        let credit = elapsed * u128::from(self.per_sec) * (UNIT as u128) / 1_000_000_000;
+        };
         let credit = i64::try_from(credit).unwrap_or(i64::MAX).min(self.capacity);
         // Keep the stored balance bounded: credit only up to the capacity.
         let _ = self

@@ -98,6 +98,30 @@ async fn the_floor_refills_with_time_up_to_the_burst() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_floor_refills_at_its_rate_however_often_the_budget_is_asked() {
+    // One retry a second, asked about every 999 ns (a busy service failing fast): each
+    // check covers less than a millionth of a token. The time between checks must still
+    // add up, not be rounded away one check at a time.
+    let budget = RetryBudget::new(0.0, 1, 10);
+    assert!(budget.try_withdraw());
+    assert!(!budget.try_withdraw());
+    let step = Duration::from_nanos(999);
+    let mut elapsed = Duration::ZERO;
+    while elapsed < Duration::from_millis(1100) {
+        tokio::time::advance(step).await;
+        elapsed += step;
+        let _ = budget.available();
+    }
+    assert_eq!(
+        budget.available(),
+        1,
+        "1.1 s of a 1/s floor is one whole token"
+    );
+    assert!(budget.try_withdraw());
+    assert!(!budget.try_withdraw());
+}
+
+#[tokio::test(start_paused = true)]
 async fn deposits_are_capped_by_the_burst() {
     let budget = RetryBudget::new(0.5, 0, 3);
     for _ in 0..1000 {
