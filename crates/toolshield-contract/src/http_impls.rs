@@ -68,7 +68,8 @@ pub fn http_method_kind(method: &Method) -> CallKind {
 /// The error kind of a non-success HTTP status, `None` for 1xx, 2xx and 3xx: 429
 /// `RATE_LIMITED`; 408, 425, 502, 503, 504 `UPSTREAM_UNAVAILABLE` (retriable, with their
 /// `Retry-After`); 401/403 `UNAUTHORIZED`; 404 `NOT_FOUND`; other 4xx `INVALID_INPUT`;
-/// other 5xx `EXECUTION_FAILED`.
+/// other 5xx `EXECUTION_FAILED`, and so is a status outside 100..=599 (600..=999), which
+/// RFC 9110 (section 15) says a client should treat as a 5xx.
 pub fn http_status_kind(status: StatusCode) -> Option<ErrorKind> {
     match status.as_u16() {
         429 => Some(ErrorKind::RateLimited),
@@ -77,8 +78,8 @@ pub fn http_status_kind(status: StatusCode) -> Option<ErrorKind> {
         401 | 403 => Some(ErrorKind::Unauthorized),
         404 => Some(ErrorKind::NotFound),
         400..=499 => Some(ErrorKind::InvalidInput),
-        500..=599 => Some(ErrorKind::ExecutionFailed),
-        _ => None,
+        100..=399 => None,
+        _ => Some(ErrorKind::ExecutionFailed),
     }
 }
 
@@ -147,9 +148,13 @@ impl<B> ShieldResponse for http::Response<B> {
                     .get::<RetryAfter>()
                     .map(|r| r.0)
                     .or_else(|| {
+                        // The longest of several lines that parse: no wait the server
+                        // sent is cut short.
                         self.headers()
-                            .get(http::header::RETRY_AFTER)
-                            .and_then(|v| retry_after_seconds(v.as_bytes()))
+                            .get_all(http::header::RETRY_AFTER)
+                            .iter()
+                            .filter_map(|v| retry_after_seconds(v.as_bytes()))
+                            .max()
                     })
             } else {
                 None

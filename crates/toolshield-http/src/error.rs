@@ -12,7 +12,7 @@ use toolshield_core::{BoxError, CallKind, ErrorKind, ShieldRequest, ToolError};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::retry_after::parse_retry_after;
+use crate::retry_after::retry_after_from_headers;
 
 /// Maps an HTTP client's error to a [`ToolError`] for a call that is safe to repeat
 /// (`ReadOnly` or `Idempotent`), keeping it as the source. Same as
@@ -112,8 +112,9 @@ fn stage(error: &(dyn StdError + 'static)) -> Stage {
 
 /// Wraps an HTTP client so its errors are [`ToolError`]s ([`client_error_for`] with the
 /// request's [`CallKind`]: a `POST` whose connection is lost after sending is
-/// `OUTCOME_UNKNOWN`, a `GET` `UPSTREAM_UNAVAILABLE`), and a
-/// `Retry-After` HTTP date on a response is honoured (left as a [`RetryAfter`] extension).
+/// `OUTCOME_UNKNOWN`, a `GET` `UPSTREAM_UNAVAILABLE`), and a response's `Retry-After`
+/// (an HTTP date too; the longest of several) is left as a [`RetryAfter`] extension,
+/// which the retry layer honours.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HttpErrorLayer;
 
@@ -212,16 +213,11 @@ where
     }
 }
 
-/// Leaves a `Retry-After` given as an HTTP date on the response as a [`RetryAfter`]
-/// extension, so the retry layer honours both forms (core reads delta seconds itself).
+/// Leaves the response's `Retry-After` as a [`RetryAfter`] extension, so the retry layer
+/// honours both forms (core reads delta seconds only) and, when the response carries
+/// several, the longest ([`retry_after_from_headers`]), never just the first.
 fn note_retry_after<B>(response: &mut http::Response<B>) {
-    let wait = match response.headers().get(http::header::RETRY_AFTER) {
-        Some(v) if !v.as_bytes().iter().all(u8::is_ascii_digit) => {
-            parse_retry_after(v, SystemTime::now())
-        }
-        _ => None,
-    };
-    if let Some(wait) = wait {
+    if let Some(wait) = retry_after_from_headers(response.headers(), SystemTime::now()) {
         response.extensions_mut().insert(RetryAfter(wait));
     }
 }

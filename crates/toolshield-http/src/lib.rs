@@ -40,7 +40,7 @@ pub use body::{
     DEFAULT_BODY_LIMIT,
 };
 pub use error::{client_error, client_error_for, HttpErrorFuture, HttpErrorLayer, HttpErrors};
-pub use retry_after::parse_retry_after;
+pub use retry_after::{parse_retry_after, retry_after_from_headers};
 pub use tool::{
     build_request, http_tool_request, hyper_client, HttpTool, HttpToolFuture, HyperClient,
 };

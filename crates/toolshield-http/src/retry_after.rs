@@ -2,18 +2,19 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
 use toolshield_core::config::MAX_DURATION;
 
 /// Parses a `Retry-After` value: delta seconds (`"120"`) or an HTTP date
 /// (`"Wed, 21 Oct 2015 07:28:00 GMT"`), the latter measured from `now`. A date in the past
-/// is a zero wait. Anything else is `None`. A wait longer than
-/// [`MAX_DURATION`](toolshield_core::config::MAX_DURATION) (366 days) is cut to it, so a
-/// peer's `Retry-After: 99999999999999` cannot overflow a deadline computed from it.
+/// is a zero wait. Anything else (a negative or fractional number, garbage) is `None`. A
+/// wait longer than [`MAX_DURATION`](toolshield_core::config::MAX_DURATION) (366 days) is
+/// cut to it, more digits than a `u64` holds included, so a peer's
+/// `Retry-After: 99999999999999` cannot overflow a deadline computed from it.
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// use http::HeaderValue;
+/// use http::{HeaderMap, HeaderValue};
 /// use toolshield_http::parse_retry_after;
 ///
 /// let now = SystemTime::now();
@@ -26,12 +27,40 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
         return None;
     }
     let wait = if text.bytes().all(|b| b.is_ascii_digit()) {
-        Duration::from_secs(text.parse::<u64>().ok()?)
+        // All digits: a number too large for a u64 is "very long", never garbage (which
+        // would be retried after the default backoff instead).
+        Duration::from_secs(text.parse::<u64>().unwrap_or(u64::MAX))
     } else {
         let at = httpdate::parse_http_date(text).ok()?;
         at.duration_since(now).unwrap_or(Duration::ZERO)
     };
     Some(wait.min(MAX_DURATION))
+}
+
+/// The wait a response's `Retry-After` asks for, every field line of it considered:
+/// the longest wait among the values [`parse_retry_after`] reads, so a response that
+/// carries several (`Retry-After` is a single-value field; a proxy may add its own) is
+/// never retried sooner than any of them asked. Values that do not parse are ignored;
+/// `None` when none parses.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use http::{header::RETRY_AFTER, HeaderMap, HeaderValue};
+/// use toolshield_http::retry_after_from_headers;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.append(RETRY_AFTER, HeaderValue::from_static("0"));
+/// headers.append(RETRY_AFTER, HeaderValue::from_static("120"));
+/// headers.append(RETRY_AFTER, HeaderValue::from_static("soon"));
+/// let wait = retry_after_from_headers(&headers, SystemTime::now());
+/// assert_eq!(wait, Some(Duration::from_secs(120)));
+/// ```
+pub fn retry_after_from_headers(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    headers
+        .get_all(http::header::RETRY_AFTER)
+        .iter()
+        .filter_map(|v| parse_retry_after(v, now))
+        .max()
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -23,7 +23,7 @@ use tower_service::Service;
 
 use crate::body::{body_error, BufferedRequest, DEFAULT_BODY_LIMIT};
 use crate::error::{client_error, client_error_for};
-use crate::retry_after::parse_retry_after;
+use crate::retry_after::retry_after_from_headers;
 
 /// hyper-util's legacy client over plain TCP (no TLS), sending buffered bodies.
 pub type HyperClient = Client<HttpConnector, Full<Bytes>>;
@@ -83,7 +83,7 @@ fn payload_key(payload: &Value) -> Result<Option<&str>, ToolError> {
 /// Turns a [`ToolRequest`] payload `{"method", "url", "headers"?, "body"?}` into an HTTP
 /// request. `method` defaults to GET; `body` is sent as is when it is a string, as JSON
 /// (with `content-type: application/json` unless set) otherwise. Problems are
-/// `INVALID_INPUT`.
+/// `INVALID_INPUT`; their messages never repeat the URL (it may hold credentials).
 ///
 /// One `Idempotency-Key` header at most is sent: blank values are dropped, the same key
 /// under two spellings is sent once, and two different keys are `INVALID_INPUT`.
@@ -101,11 +101,13 @@ pub fn build_request(payload: &Value) -> Result<BufferedRequest, ToolError> {
         .ok_or_else(|| ToolError::invalid_input("`url` is required and must be a string"))?;
     let uri: http::Uri = url
         .parse()
-        .map_err(|_| ToolError::invalid_input(format!("invalid url `{url}`")))?;
+        // The URL is not repeated in the error: it may carry credentials or an API key,
+        // and the error reaches logs and the model.
+        .map_err(|_| ToolError::invalid_input("`url` is not a valid url"))?;
     if uri.scheme().is_none() || uri.host().is_none() {
-        return Err(ToolError::invalid_input(format!(
-            "url `{url}` must be absolute"
-        )));
+        return Err(ToolError::invalid_input(
+            "`url` must be absolute (a scheme and a host)",
+        ));
     }
     let mut builder = Request::builder().method(method).uri(uri);
     let mut has_content_type = false;
@@ -180,7 +182,8 @@ fn attach_key(req: &ToolRequest, http_req: &mut BufferedRequest) -> Result<(), T
 /// Calls an HTTP client for each [`ToolRequest`] (payload as in [`build_request`]) and
 /// answers `{"status", "headers", "body"}`; `body` is parsed JSON when the response says
 /// it is JSON, text otherwise. A non-2xx/3xx status is an error of the kind
-/// [`http_status_kind`] gives (429 keeps its `Retry-After`, both forms).
+/// [`http_status_kind`] gives (429 keeps its `Retry-After`, both forms, the longest of
+/// several).
 ///
 /// Build requests with [`http_tool_request`] so the kind and the idempotency key follow
 /// the method and the `Idempotency-Key` header.
@@ -292,11 +295,7 @@ where
     let (parts, body) = response.into_parts();
     if let Some(kind) = http_status_kind(parts.status) {
         let mut error = ToolError::new(kind, format!("http {} from `{host}`", parts.status));
-        if let Some(wait) = parts
-            .headers
-            .get(RETRY_AFTER)
-            .and_then(|v| parse_retry_after(v, SystemTime::now()))
-        {
+        if let Some(wait) = retry_after_from_headers(&parts.headers, SystemTime::now()) {
             error = error.with_retry_after(wait);
         }
         return Err(error);

@@ -150,3 +150,42 @@ async fn a_post_with_a_key_sent_twice_at_once_runs_the_handler_once() {
         "one of them is a replay"
     );
 }
+
+#[tokio::test]
+async fn several_retry_after_headers_give_the_error_their_longest_wait() {
+    let client = tower::service_fn(|_req: toolshield_http::BufferedRequest| async {
+        let res = http::Response::builder()
+            .status(429)
+            .header(http::header::RETRY_AFTER, "1")
+            .header(http::header::RETRY_AFTER, "7")
+            .header(http::header::RETRY_AFTER, "not a wait")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    let err = HttpTool::with_client(client)
+        .oneshot(http_tool_request("api", json!({"url": "http://x/"})))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited);
+    assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(7)));
+}
+
+#[tokio::test]
+async fn a_rejected_url_is_not_echoed_in_the_error() {
+    // A URL may carry credentials or an API key: the error (which reaches logs and the
+    // model) says what is wrong without repeating it.
+    for url in [
+        "/relative?api_key=SECRET",
+        "http://user:SECRET@/no-host",
+        "ht tp://x/?token=SECRET",
+    ] {
+        let err = HttpTool::new()
+            .oneshot(http_tool_request("api", json!({ "url": url })))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}");
+        assert!(!err.to_string().contains("SECRET"), "{url}: {err}");
+        assert!(!format!("{err:?}").contains("SECRET"), "{url}: {err:?}");
+    }
+}

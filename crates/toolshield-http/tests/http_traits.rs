@@ -281,3 +281,52 @@ async fn bodies_are_buffered_once_within_the_limit() {
         .unwrap();
     assert_eq!(&res.body()[..], b"payload");
 }
+
+#[test]
+fn statuses_outside_100_to_599_are_server_errors_not_successes() {
+    // RFC 9110 section 15: a client that receives a status outside 100..=599 should
+    // process the response as if it had a 5xx status. A response of 600..=999 is a
+    // failure, never a success the stack would cache or count as healthy.
+    for code in [600, 700, 799, 999] {
+        let status = StatusCode::from_u16(code).unwrap();
+        assert_eq!(
+            http_status_kind(status),
+            Some(ErrorKind::ExecutionFailed),
+            "{code}"
+        );
+        let res = Response::builder().status(status).body(()).unwrap();
+        assert_eq!(
+            res.in_band_failure().map(|f| f.kind),
+            Some(ErrorKind::ExecutionFailed),
+            "{code}"
+        );
+    }
+}
+
+#[test]
+fn several_retry_after_lines_on_a_raw_response_give_their_longest_wait() {
+    // No adapter layer in front: the stack reads the header itself.
+    for values in [["0", "120"], ["120", "0"]] {
+        let mut res = Response::builder().status(503);
+        for v in values {
+            res = res.header(http::header::RETRY_AFTER, v);
+        }
+        let res = res.body(()).unwrap();
+        assert_eq!(
+            res.in_band_failure().unwrap().retry_after,
+            Some(Duration::from_secs(120)),
+            "{values:?}"
+        );
+    }
+    let res = Response::builder()
+        .status(429)
+        .header(http::header::RETRY_AFTER, "soon")
+        .header(http::header::RETRY_AFTER, "7")
+        .body(())
+        .unwrap();
+    assert_eq!(
+        res.in_band_failure().unwrap().retry_after,
+        Some(Duration::from_secs(7)),
+        "a value that does not parse is ignored"
+    );
+}

@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use pin_project_lite::pin_project;
 use toolshield_core::http_impls::{http_method_kind, RetryAfter};
 use toolshield_core::{BoxError, CallKind, ErrorKind, ShieldRequest, ToolError};
-use toolshield_http::{parse_retry_after, DEFAULT_BODY_LIMIT};
+use toolshield_http::{retry_after_from_headers, DEFAULT_BODY_LIMIT};
 use tower_service::Service;
 
 use crate::body::RequestBody;
@@ -233,13 +233,10 @@ fn body_error(kind: CallKind, error: BoxError, limit: usize) -> ToolError {
 }
 
 /// Leaves the response's `Retry-After` (delta seconds or HTTP date, the latter measured
-/// from now) as a [`RetryAfter`] extension: core reads only the delta form itself.
+/// from now; the longest when there are several) as a [`RetryAfter`] extension: core reads
+/// only the delta form itself, and only the first value.
 fn note_retry_after(response: &mut http::Response<Bytes>) {
-    if let Some(wait) = response
-        .headers()
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| parse_retry_after(v, SystemTime::now()))
-    {
+    if let Some(wait) = retry_after_from_headers(response.headers(), SystemTime::now()) {
         response.extensions_mut().insert(RetryAfter(wait));
     }
 }

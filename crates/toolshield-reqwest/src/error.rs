@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use toolshield_core::http_impls::{http_status_kind, RetryAfter};
 use toolshield_core::{CallKind, ErrorKind, ToolError};
-use toolshield_http::parse_retry_after;
+use toolshield_http::retry_after_from_headers;
 
 /// Maps a [`reqwest::Error`] to a [`ToolError`] for a call of `kind`, with the rules of
 /// `toolshield_http::client_error_for`:
@@ -81,7 +81,7 @@ fn redact(mut error: reqwest::Error) -> reqwest::Error {
 /// Turns a response whose status is an error into a [`ToolError`], as reqwest's own
 /// `error_for_status` does, with the HTTP rules of the stack: 429 `RATE_LIMITED` and
 /// 408/425/502/503/504 `UPSTREAM_UNAVAILABLE` (both with their `Retry-After`, delta
-/// seconds or HTTP date), other 5xx `EXECUTION_FAILED`, 401/403 `UNAUTHORIZED`, 404
+/// seconds or HTTP date, the longest of several), other 5xx `EXECUTION_FAILED`, 401/403 `UNAUTHORIZED`, 404
 /// `NOT_FOUND`, other 4xx `INVALID_INPUT`. 1xx, 2xx and 3xx responses are returned
 /// unchanged.
 ///
@@ -117,12 +117,7 @@ pub fn error_for_status<B>(response: http::Response<B>) -> Result<http::Response
             .extensions()
             .get::<RetryAfter>()
             .map(|r| r.0)
-            .or_else(|| {
-                response
-                    .headers()
-                    .get(http::header::RETRY_AFTER)
-                    .and_then(|v| parse_retry_after(v, SystemTime::now()))
-            });
+            .or_else(|| retry_after_from_headers(response.headers(), SystemTime::now()));
         if let Some(wait) = wait {
             error = error.with_retry_after(wait);
         }

@@ -185,3 +185,17 @@ async fn https_without_a_tls_backend_is_invalid_input_and_says_what_to_enable() 
     assert!(err.message().contains("rustls-tls"), "{err}");
     assert_eq!(rec.count("/"), 0);
 }
+
+#[test]
+fn several_retry_after_headers_give_error_for_status_their_longest_wait() {
+    let res = http::Response::builder()
+        .status(503)
+        .header(http::header::RETRY_AFTER, "0")
+        .header(http::header::RETRY_AFTER, "30")
+        .header(http::header::RETRY_AFTER, "-1")
+        .body(Bytes::new())
+        .unwrap();
+    let err = toolshield_reqwest::error_for_status(res).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
+    assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(30)));
+}
