@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use toolshield_core::config::Problems;
 use toolshield_core::ConfigError;
 use toolshield_store::StoreHandle;
 use tower_layer::Layer;
@@ -37,11 +38,29 @@ impl IdempotencyLayer {
     }
 
     /// A layer with `config` over `store` (shared with whoever else holds it).
+    ///
+    /// Besides [`IdempotencyConfig::validate`], the lease must be longer than the store's
+    /// operation timeout ([`IdempotencyStore::op_timeout`], a Redis store's
+    /// `op_timeout`): every problem is listed.
     pub fn with_store(
         config: IdempotencyConfig,
         store: Arc<dyn IdempotencyStore>,
     ) -> Result<Self, ConfigError> {
-        config.validate()?;
+        let mut p = Problems::new();
+        p.extend("", config.validate());
+        if let Some(op_timeout) = store.op_timeout() {
+            p.check(
+                op_timeout < config.lease,
+                "lease",
+                format_args!(
+                    "{:?} must be longer than the store's op_timeout {:?}: a claim or a renewal \
+                     could take the whole lease, and another call take the key over while the \
+                     first still runs",
+                    config.lease, op_timeout
+                ),
+            );
+        }
+        p.into_result()?;
         Ok(IdempotencyLayer {
             shared: Arc::new(Shared {
                 config,

@@ -29,7 +29,7 @@ use crate::store::{
 /// A PENDING record whose lease ran out stays visible to the next claim for one more
 /// lease (never to reads), so that claim is reported as a takeover, with the resume token
 /// the record carried ([`IdempotencyStore::mark_resume`]); a claim with another payload
-/// finds a lapsed record that carries a token held, as its work belongs to its payload.
+/// finds the lapsed record held: the key is still its payload's.
 ///
 /// Clones share the same records.
 #[derive(Clone, Debug)]
@@ -151,11 +151,11 @@ impl InMemoryIdempotencyStore {
             };
         let outcome = self.entries.update(key, |found| match found {
             Some(f) if f.live => (Write::Keep, ClaimOutcome::Existing(Arc::clone(f.value))),
-            // An expired claim whose work can be resumed holds its key against another
-            // payload: that work was started for its own payload, and is kept for it.
+            // An expired claim holds its key against another payload: its owner may have
+            // run the call (and any work it can resume was started) for its own payload,
+            // so the key is still that payload's (`IDEMPOTENCY_KEY_REUSED`).
             Some(f)
                 if f.value.status == RecordStatus::Pending
-                    && f.value.resume.is_some()
                     && f.value.payload_hash != record.payload_hash =>
             {
                 (Write::Keep, ClaimOutcome::Existing(Arc::clone(f.value)))

@@ -1,6 +1,7 @@
 //! The idempotency store contract: records, the [`IdempotencyStore`] trait and its errors.
 //!
-//! Every operation is designed to be **one round trip** to a shared store such as Redis:
+//! Every operation on the call path is designed to be **one round trip** to a shared store
+//! such as Redis (`remove`, an operator's `forget`, takes two):
 //!
 //! | operation | meaning | Redis |
 //! |---|---|---|
@@ -10,7 +11,7 @@
 //! | [`release`](IdempotencyStore::release) | owner-checked delete | Lua: owner check, then `DEL key` |
 //! | [`mark_resume`](IdempotencyStore::mark_resume) | owner-checked write of a resume token into the PENDING record, renewing its lease | Lua: owner check, then `SET key json' PX lease` and the token on the lease marker |
 //! | [`get`](IdempotencyStore::get) | read | `GET key` |
-//! | [`remove`](IdempotencyStore::remove) | unconditional delete (`forget`) | `DEL key` |
+//! | [`remove`](IdempotencyStore::remove) | delete whatever the state (`forget`) | `GET key`, then Lua: `DEL key` if it still holds what was read (a resend never deletes a newer claim) |
 //!
 //! The *owner check* (fencing) passes only when the stored record is `PENDING` **and** its
 //! `owner` equals the caller's owner token: a call whose lease expired and was taken over
@@ -311,10 +312,11 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// there; else returns the live record untouched. Reports
     /// [`TakenOver`](ClaimOutcome::TakenOver) when the key was free because an earlier
     /// claim's lease expired without an outcome, with the resume token that claim carried
-    /// (which the new PENDING record then carries too, unless `record` has its own). A
-    /// resume token names work started for the expired claim's payload: while it can still
-    /// be taken over, a claim with another payload digest finds the key held
-    /// ([`Existing`](ClaimOutcome::Existing), with that digest) and the token stays.
+    /// (which the new PENDING record then carries too, unless `record` has its own). The
+    /// key belongs to the expired claim's payload (its owner may have run the call, and a
+    /// resume token names work started for it): while it can still be taken over, a claim
+    /// with another payload digest finds the key held ([`Existing`](ClaimOutcome::Existing),
+    /// with that digest; the layer answers `IDEMPOTENCY_KEY_REUSED`) and nothing is written.
     fn claim<'a>(
         &'a self,
         key: &'a str,
@@ -333,6 +335,16 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         lease: Duration,
     ) -> StoreFuture<'a, ClaimOutcome> {
         self.claim(key, claim.record(lease), lease)
+    }
+
+    /// The longest one operation of this store may take before it fails (its own
+    /// timeout), or `None` when the store does not bound it (the default; an in-memory
+    /// store answers at once). The layer refuses a lease that is not longer
+    /// ([`IdempotencyLayer::with_store`](crate::IdempotencyLayer::with_store)): a claim
+    /// or a renewal that may take the whole lease could let another call take the key
+    /// over while the first still runs.
+    fn op_timeout(&self) -> Option<Duration> {
+        None
     }
 
     /// The finished record (COMPLETED or FAILED) under `key`, without I/O, when the store

@@ -99,6 +99,7 @@ pub mod contract {
         hostile_resume_tokens_are_refused(&make()).await;
         odd_resume_tokens_round_trip(&make()).await;
         resume_token_stays_with_its_payload(&make()).await;
+        a_lapsed_claim_holds_its_key_against_another_payload(&make()).await;
     }
 
     async fn mark<S: IdempotencyStore + ?Sized>(s: &S, k: &str, owner: &str, token: &str) -> bool {
@@ -239,6 +240,40 @@ pub mod contract {
                 resume: Some("task-1".to_owned())
             },
             "the payload the work belongs to still resumes it"
+        );
+        assert!(ok(s.finish(&k, "c", completed("c"), TTL).await, "finish"));
+    }
+
+    /// The same key with another payload is refused while the store still knows the
+    /// payload of the key's last claim: a claim of the key with another payload digest
+    /// within the takeover window of a lapsed claim (marked or not) finds the key held,
+    /// with the lapsed claim's digest, and writes nothing; the first payload still takes
+    /// the claim over.
+    pub async fn a_lapsed_claim_holds_its_key_against_another_payload<
+        S: IdempotencyStore + ?Sized,
+    >(
+        s: &S,
+    ) {
+        let k = key("lapsed-payload");
+        claim(s, &k, "a").await;
+        sleep(LEASE + LEASE / 2).await;
+        let other = IdempotencyRecord::pending(hash("another payload"), "b", LEASE);
+        match ok(s.claim(&k, other, LEASE).await, "claim") {
+            ClaimOutcome::Existing(rec) => assert_eq!(
+                rec.payload_hash,
+                hash("p"),
+                "the key is held for the payload it was claimed with"
+            ),
+            found => panic!("another payload must not take over a lapsed claim: {found:?}"),
+        }
+        assert!(
+            ok(s.get(&k).await, "get").is_none(),
+            "a refused claim writes nothing"
+        );
+        assert_eq!(
+            claim(s, &k, "c").await,
+            ClaimOutcome::TakenOver { resume: None },
+            "the payload the key was claimed with still takes it over"
         );
         assert!(ok(s.finish(&k, "c", completed("c"), TTL).await, "finish"));
     }
@@ -757,6 +792,10 @@ mod faulty {
     }
 
     impl<S: IdempotencyStore + ?Sized> IdempotencyStore for FaultyStore<S> {
+        fn op_timeout(&self) -> Option<Duration> {
+            self.inner.op_timeout()
+        }
+
         fn claim<'a>(
             &'a self,
             key: &'a str,

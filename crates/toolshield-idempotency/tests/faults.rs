@@ -484,3 +484,45 @@ async fn an_oversized_key_is_invalid_input_and_nothing_runs() {
         .await
         .expect("a key of the limit is fine");
 }
+
+// ----- a key keeps its payload while its lapsed claim is known -----
+
+/// The owner of a key dies mid-call (its future is forgotten: no cleanup, no renewal) and
+/// its lease lapses: the same key with another payload is `IDEMPOTENCY_KEY_REUSED` and
+/// nothing runs (the dead owner's mutation may have taken effect); the first payload
+/// takes the claim over.
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_owner_died_is_refused_to_another_payload() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _handle, _plan) = faulty(lease_cfg());
+    let svc = tool(&runs, Duration::from_secs(3600), ok_n);
+    let mut first = Box::pin(layer.layer(svc.clone()).oneshot(pay(CallKind::Mutating)));
+    tokio::select! {
+        biased;
+        _ = &mut first => panic!("the first call runs for an hour"),
+        () = sleep(Duration::from_millis(10)) => {}
+    }
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1);
+    #[allow(clippy::mem_forget)]
+    std::mem::forget(first); // the process dies
+    advance(Duration::from_secs(45)).await; // past the lease, within the takeover window
+
+    let other = ToolRequest::new("pay", json!({"amount": 99}))
+        .kind(CallKind::Mutating)
+        .idempotency_key("order-7");
+    let err = layer
+        .layer(svc.clone())
+        .oneshot(other)
+        .await
+        .expect_err("another payload under a used key");
+    assert_eq!(err.kind(), ErrorKind::IdempotencyKeyReused);
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1, "nothing ran for 99");
+
+    let quick = tool(&runs, Duration::ZERO, ok_n);
+    layer
+        .layer(quick)
+        .oneshot(pay(CallKind::Mutating))
+        .await
+        .expect("the first payload takes the lapsed claim over");
+    assert_eq!(runs.started.load(Ordering::SeqCst), 2);
+}

@@ -22,6 +22,12 @@ async fn in_memory_store_as_trait_object_passes_the_contract() {
     contract::expired_lease_is_taken_over(&*store).await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_claim_holds_its_key_against_another_payload() {
+    contract::a_lapsed_claim_holds_its_key_against_another_payload(&InMemoryIdempotencyStore::new())
+        .await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
     let cfg = MemoryBounds {

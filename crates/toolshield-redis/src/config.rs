@@ -55,12 +55,24 @@ pub struct RedisConfig {
     #[serde(with = "duration")]
     pub health_timeout: Duration,
     /// Prepended to every key (`prod:idemp:{pay}:k1`), so several deployments can share
-    /// one Redis. It must not contain `{` or `}` (the hash tag must stay the tool's).
+    /// one Redis. It must not contain `{` or `}` (the hash tag must stay the tool's), nor
+    /// end with `lease:`, `breaker:` or `toolshield:rl:` (namespaces of toolshield's own
+    /// keys: the keys of `prod:lease:` would be those of `prod:`), so the keys of two
+    /// deployments with different prefixes never meet.
     pub key_prefix: String,
     /// The longest wait between two reconnection attempts after Redis went away.
     #[serde(with = "duration")]
     pub reconnect_max_delay: Duration,
 }
+
+/// What one of toolshield's keys has before its hash tag beyond another key's: a lease
+/// marker is `lease:` + a record key (`lease:idemp:{..}` against `idemp:{..}`), and a
+/// breaker hash (`breaker:{..}`) or a rate-limit key (`toolshield:rl:{..}`) ends with its
+/// tag as a budget key (`{toolshield:budget:..}`) does. The keys of a prefix `P` + one of
+/// these could be keys of the prefix `P`, so no prefix may end with one; with that, two
+/// different valid prefixes never share a key (a prefix holds no brace, so where its keys'
+/// tag starts tells the prefix).
+const NESTED_NAMESPACES: [&str; 3] = ["lease:", "breaker:", "toolshield:rl:"];
 
 /// The default [`RedisConfig::url`].
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -123,7 +135,7 @@ impl RedisConfig {
     /// Every problem at once: the URL (or every cluster seed, a TCP `redis://` URL to
     /// database 0, with the URL left at its default) must parse, timeouts and delays must be at least
     /// 1 ms and at most [`MAX_DURATION`](toolshield_core::config::MAX_DURATION), the
-    /// prefix must not contain a brace.
+    /// prefix must not contain a brace nor end with a namespace of toolshield's keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
         if self.cluster_nodes.is_empty() {
@@ -181,6 +193,18 @@ impl RedisConfig {
             "key_prefix",
             "must not contain `{` or `}`",
         );
+        if let Some(ns) = NESTED_NAMESPACES
+            .iter()
+            .find(|ns| self.key_prefix.ends_with(*ns))
+        {
+            p.push(
+                "key_prefix",
+                format_args!(
+                    "must not end with `{ns}`: a namespace of toolshield's own keys, so the keys \
+                     of this prefix would be keys of the prefix without it"
+                ),
+            );
+        }
         p.into_result()
     }
 }

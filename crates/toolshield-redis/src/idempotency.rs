@@ -17,38 +17,39 @@ use crate::error::Error;
 /// record's own resume token as JSON (`""` for none), the record's payload digest (hex).
 /// Returns `{0, nil}` (claimed), `{2, token}` (claimed over an expired claim: the marker of an
 /// owner that never finished was still there; `token` is the resume token it carried, as JSON,
-/// or nil), `{1, record}` (held) or `{3, marker}` (held: the expired claim carries a resume
-/// token for another payload digest, the second line of its marker).
+/// or nil), `{1, record}` (held) or `{3, marker}` (held: the expired claim was made for
+/// another payload digest, the second line of its marker).
 ///
-/// The marker holds the owner, and after `mark_resume` a line break, the payload digest of
-/// the claim, a line break and the token as a JSON string (which has no raw line break:
+/// The marker holds the owner, a line break and the payload digest of the claim, and after
+/// `mark_resume` a line break and the token as a JSON string (which has no raw line break:
 /// serde escapes control characters, and tokens have none); a tail that is not exactly one
-/// JSON string is no token. A token names work started for that digest: a claim with another
-/// digest does not take it over (a marker without a digest line, as written before the
-/// digest was kept, or with one that is not 64 hex characters, holds off no claim). A takeover carries that token into the new record (appended
-/// as its last field, where serde writes `resume`) and onto the new marker, so a second
-/// takeover finds it too.
+/// JSON string is no token. The key belongs to that digest (the expired owner may have run
+/// the call, and a token names work started for it): a claim with another digest does not
+/// take it over (a marker without a digest line, as written before the digest was kept, or
+/// with one that is not 64 hex characters, holds off no claim). A takeover carries the token
+/// into the new record (appended as its last field, where serde writes `resume`) and onto the
+/// new marker, so a second takeover finds it too.
 const CLAIM: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if v then return {1, v} end
 local prev = redis.call('GET', KEYS[2])
 local token = false
-if prev then token = string.match(prev, '\n("[^\n]*")$') or false end
+if prev then
+  local held = string.match(prev, '^[^\n]*\n(%x+)$') or string.match(prev, '^[^\n]*\n(%x+)\n"[^\n]*"$')
+  if held and #held == 64 and held ~= ARGV[6] then return {3, prev} end
+  token = string.match(prev, '\n("[^\n]*")$') or false
+end
 if token then
   local ok, t = pcall(cjson.decode, token)
   if not ok or type(t) ~= 'string' then token = false end
 end
-if token then
-  local held = string.match(prev, '^[^\n]*\n(%x+)\n"[^\n]*"$')
-  if held and #held == 64 and held ~= ARGV[6] then return {3, prev} end
-end
 local rec = ARGV[1]
-local mark = ARGV[3]
+local mark = ARGV[3] .. '\n' .. ARGV[6]
 if ARGV[5] ~= '' then
-  mark = mark .. '\n' .. ARGV[6] .. '\n' .. ARGV[5]
+  mark = mark .. '\n' .. ARGV[5]
 elseif token then
   rec = string.sub(rec, 1, -2) .. ',"resume":' .. token .. '}'
-  mark = mark .. '\n' .. ARGV[6] .. '\n' .. token
+  mark = mark .. '\n' .. token
 end
 redis.call('SET', KEYS[1], rec, 'PX', ARGV[2])
 redis.call('SET', KEYS[2], mark, 'PX', ARGV[4])
@@ -120,12 +121,18 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 "#;
 
-/// remove (forget): the record, whatever its state, and its marker; 1 when a record was
-/// there.
+/// remove (forget): ARGV = the record as it was read (`""`: none). The record, whatever
+/// its state, and its marker, if the record is still the one read; 1 when a record was
+/// there, 0 when none was, -1 when the record changed since it was read (nothing deleted:
+/// the store reads again). Conditional, so that a resend of an applied forget (the cluster
+/// client resends a command whose connection broke after it left) finds a newer claim
+/// made since, and leaves it.
 const REMOVE: &str = r#"
-local n = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2])
-return n
+local v = redis.call('GET', KEYS[1])
+if (v or '') ~= ARGV[1] then return -1 end
+redis.call('DEL', KEYS[1], KEYS[2])
+if v then return 1 end
+return 0
 "#;
 
 fn script(tail: &str) -> LuaScript {
@@ -186,7 +193,7 @@ fn decode(json: &str) -> Result<IdempotencyRecord, Error> {
 }
 
 /// The lease marker of a record key: which owner holds (or last held, without finishing)
-/// the claim. It lives one lease longer than the claim, so the next claim can tell a
+/// the claim, and for which payload digest. It lives one lease longer than the claim, so the next claim can tell a
 /// takeover. `lease:` + the record key: the same hash tag (one slot), and never a record
 /// key (those start with the layer's `idemp:`).
 fn marker(key: &str) -> String {
@@ -205,7 +212,8 @@ fn marker(key: &str) -> String {
 /// is reported as a takeover, with the resume token the marker carries),
 /// `finish`/`renew`/`mark_resume`/`release` are one owner-checked Lua script each (fenced
 /// by the claim's own owner token),
-/// `get` is one `GET`, `remove` one `DEL`. Every operation is bounded by the connection's
+/// `get` is one `GET`, `remove` a `GET` and a script that deletes the record only if it is
+/// still the one read (so a resent forget never deletes a newer claim). Every operation is bounded by the connection's
 /// operation timeout; a failure or timeout is a [`StoreError`], which the idempotency
 /// layer turns into `STORE_UNAVAILABLE` (fail-closed) or a run without dedupe (fail-open).
 ///
@@ -263,9 +271,9 @@ impl RedisIdempotencyStore {
             .await?;
         match reply {
             (0, _) => Ok(ClaimOutcome::Claimed),
-            // An expired claim whose resumable work belongs to another payload: the key is
-            // held for that payload, shown as the lapsed claim (owner and digest of its
-            // marker), which the layer answers as a key reused with another payload.
+            // An expired claim made for another payload: the key is held for that payload,
+            // shown as the lapsed claim (owner and digest of its marker), which the layer
+            // answers as a key reused with another payload.
             (3, Some(marker)) => {
                 let mut lines = marker.split('\n');
                 let owner = lines.next().unwrap_or_default();
@@ -401,17 +409,61 @@ impl RedisIdempotencyStore {
     }
 
     async fn remove_now(&self, key: &str) -> Result<bool, Error> {
+        // A PENDING record changes when its owner renews it (every third of its lease):
+        // a forget that finds it changed reads it again, a few times.
+        for _ in 0..REMOVE_TRIES {
+            let forget = self.read_for_forget(key).await?;
+            if let Some(removed) = self.send_forget(&forget).await? {
+                return Ok(removed);
+            }
+        }
+        Err(Error::new(
+            "forget: the record changed on every read; nothing was deleted",
+        ))
+    }
+
+    /// The first half of a forget: the record under `key` as it is now.
+    async fn read_for_forget(&self, key: &str) -> Result<Forget, Error> {
         let mark = marker(key);
-        let mark = self.conn.key(&mark);
-        let key = self.conn.key(key);
+        let full = self.conn.key(key).into_owned();
+        let seen: Option<String> = self.conn.query("get", redis::cmd("GET").arg(&full)).await?;
+        Ok(Forget {
+            key: full,
+            mark: self.conn.key(&mark).into_owned(),
+            seen: seen.unwrap_or_default(),
+        })
+    }
+
+    /// The second half: deletes the record and its marker if the record is still the one
+    /// read. `Some(true)` when a record was deleted, `Some(false)` when there was none,
+    /// `None` when it changed (nothing deleted). Sending the same `forget` again (a resend)
+    /// never deletes a record written since it was read.
+    async fn send_forget(&self, forget: &Forget) -> Result<Option<bool>, Error> {
         let n: i64 = self
             .conn
             .eval("remove", &Scripts::get().remove, |c| {
-                c.arg(2).arg(&*key).arg(&*mark);
+                c.arg(2)
+                    .arg(&forget.key)
+                    .arg(&forget.mark)
+                    .arg(&forget.seen);
             })
             .await?;
-        Ok(n > 0)
+        Ok(match n {
+            1 => Some(true),
+            0 => Some(false),
+            _ => None,
+        })
     }
+}
+
+/// How many times a forget reads a record that keeps changing before it gives up.
+const REMOVE_TRIES: usize = 8;
+
+/// A forget that has read the record: the full keys, and the record as read (`""`: none).
+struct Forget {
+    key: String,
+    mark: String,
+    seen: String,
 }
 
 fn store<T>(r: Result<T, Error>) -> Result<T, StoreError> {
@@ -419,6 +471,12 @@ fn store<T>(r: Result<T, Error>) -> Result<T, StoreError> {
 }
 
 impl IdempotencyStore for RedisIdempotencyStore {
+    /// The connection's [`op_timeout`](crate::RedisConfig::op_timeout): the layer refuses
+    /// a lease that is not longer.
+    fn op_timeout(&self) -> Option<Duration> {
+        Some(self.conn.config().op_timeout)
+    }
+
     fn claim<'a>(
         &'a self,
         key: &'a str,
@@ -462,5 +520,62 @@ impl IdempotencyStore for RedisIdempotencyStore {
 
     fn remove<'a>(&'a self, key: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move { store(self.remove_now(key).await) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{test_redis, unique_prefix};
+    use crate::{RedisConfig, RedisConnection};
+    use toolshield_idempotency::IdempotencyStore;
+
+    /// A forget is applied but its reply is lost, and the cluster client resends it; in
+    /// between, another call claims the key. The resend must leave the new claim alone:
+    /// deleting it would let a third call claim the key while the second runs.
+    #[tokio::test]
+    async fn a_resent_forget_never_deletes_a_newer_claim() {
+        let Some(redis) = test_redis("a_resent_forget_never_deletes_a_newer_claim") else {
+            return;
+        };
+        let config = RedisConfig::from_url(redis.url()).with_key_prefix(unique_prefix());
+        let s = RedisIdempotencyStore::new(RedisConnection::connect(config).await.expect("redis"));
+        let key = "idemp:{pay}:-:g:forget-resend";
+        let lease = Duration::from_secs(5);
+        let hash = Digest::of_bytes(b"p");
+        let first = IdempotencyRecord::pending(hash, "owner-1", lease);
+        assert_eq!(
+            s.claim(key, first, lease).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+
+        let forget = s.read_for_forget(key).await.unwrap();
+        assert_eq!(
+            s.send_forget(&forget).await.unwrap(),
+            Some(true),
+            "forgotten"
+        );
+        let second = IdempotencyRecord::pending(hash, "owner-2", lease);
+        assert_eq!(
+            s.claim(key, second, lease).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+
+        // The very same command again: the resend.
+        assert_eq!(
+            s.send_forget(&forget).await.unwrap(),
+            None,
+            "nothing deleted"
+        );
+        let rec = s
+            .get(key)
+            .await
+            .unwrap()
+            .expect("the newer claim is still there");
+        assert!(rec.is_owned_by("owner-2"));
+        // A forget sent now still clears it.
+        assert!(s.remove(key).await.unwrap());
+        assert_eq!(s.get(key).await.unwrap(), None);
+        assert!(!s.remove(key).await.unwrap(), "nothing left to forget");
     }
 }

@@ -28,7 +28,7 @@
 //! | key | value | TTL |
 //! |---|---|---|
 //! | `idemp:{tool}:-:g:key` (`s<len>:<caller>` for a caller, `d:` for a derived key) | the idempotency record as JSON | the lease while PENDING, then the record TTL |
-//! | `lease:<record key>` | the owner token of a claim (tells a takeover) | twice the lease |
+//! | `lease:<record key>` | the owner token and payload digest of a claim (tells a takeover, holds the key for its payload) | twice the lease |
 //! | `cache:{tool}:-:digest` (`s<len>:<caller>` for a caller) | `{output, provenance}` JSON | entry TTL + stale grace |
 //! | `breaker:{registry}` (hash) | per breaker key: open-until (server clock, ms) and origin | the longest open period |
 //!

@@ -97,7 +97,8 @@ async fn an_owner_paused_past_its_lease_cannot_overwrite_the_taker() {
         return;
     };
     let prefix = prefix();
-    let lease = Duration::from_millis(300);
+    // Longer than the operation timeout, as the layer requires.
+    let lease = Duration::from_millis(600);
     let cfg = IdempotencyConfig {
         lease,
         ..IdempotencyConfig::default()
