@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -89,15 +90,67 @@ pub(crate) async fn require_token(
     if token_matches(&state.token, req.headers().get(header::AUTHORIZATION)) {
         return next.run(req).await;
     }
+    unauthorized(req.uri().path())
+}
+
+/// The answer to a request without the right token: a JSON 401 with `WWW-Authenticate`.
+fn unauthorized(path: &str) -> Response {
     tracing::warn!(
         target: "toolshield::admin",
-        path = req.uri().path(),
+        path,
         "admin request refused: missing or wrong bearer token"
     );
     let mut resp = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
     resp.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     resp
+}
+
+/// A method an admin route does not take: 401 without the token (a caller without it is
+/// told nothing about the routes), else a JSON 405 naming the methods in `Allow`. A
+/// route's method fallback is not behind its route layer: the token is checked here.
+fn wrong_method(state: &AdminState, req: &Request, allow: &'static str) -> Response {
+    if !token_matches(&state.token, req.headers().get(header::AUTHORIZATION)) {
+        return unauthorized(req.uri().path());
+    }
+    let mut resp = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &format!("method not allowed here (allowed: {allow})"),
+    );
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    resp
+}
+
+/// The method fallback of the `GET` admin routes.
+pub(crate) async fn only_get(State(state): State<AdminState>, req: Request) -> Response {
+    wrong_method(&state, &req, "GET,HEAD")
+}
+
+/// The method fallback of the `POST` admin routes.
+pub(crate) async fn only_post(State(state): State<AdminState>, req: Request) -> Response {
+    wrong_method(&state, &req, "POST")
+}
+
+/// A path below `/admin/breakers/{key}/{action}/`: most likely a key with a `/` sent
+/// unencoded. A JSON 404 saying how to send it (behind the token like every admin route).
+pub(crate) async fn too_deep() -> Refusal {
+    refuse(
+        StatusCode::NOT_FOUND,
+        "no such admin route: a key containing `/` is sent percent-encoded (`%2F`)",
+    )
+}
+
+/// The path parameters of an admin route, or a JSON 400 when they cannot be decoded (a
+/// key that is not UTF-8 once percent-decoded, for instance).
+fn path_params<T>(path: Result<Path<T>, PathRejection>) -> Result<T, Refusal> {
+    match path {
+        Ok(Path(t)) => Ok(t),
+        Err(e) => Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("invalid path: {}", e.body_text()),
+        )),
+    }
 }
 
 /// One breaker in an answer: its registry and its status.
@@ -269,9 +322,10 @@ pub(crate) async fn list(
 
 pub(crate) async fn one(
     State(state): State<AdminState>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, Refusal> {
+    let key = path_params(key)?;
     let params = params(query.as_deref(), false)?;
     let chosen = selected(&state.registries, &params)?;
     let found = statuses(&chosen, Some(&key));
@@ -296,9 +350,10 @@ fn apply(r: &BreakerRegistry, action: AdminAction, key: Option<&str>) {
 
 pub(crate) async fn act(
     State(state): State<AdminState>,
-    Path((key, action)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, Refusal> {
+    let (key, action) = path_params(path)?;
     let action = AdminAction::parse(&action).ok_or_else(|| {
         refuse(
             StatusCode::NOT_FOUND,

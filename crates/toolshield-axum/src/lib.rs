@@ -43,6 +43,6 @@ pub use error_response::{ResponseFuture, ToolErrorResponse, ToolErrorResponseLay
 pub use handler::{HandlerClassifier, MatchedPathKey, UNMATCHED_ROUTE_KEY};
 pub use health::{CheckFuture, Component, ComponentStatus, HealthCheck, HealthReport, Importance};
 pub use registries::{BreakerRegistries, DEFAULT_REGISTRY};
-pub use reload::ReloadSource;
+pub use reload::{ReloadSource, MAX_RELOAD_BODY};
 pub use router::{ShieldRouter, ADMIN_TOKEN_ENV, DEFAULT_CHECK_TIMEOUT};
 pub use status::{error_response, status_for};

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -64,13 +65,28 @@ fn source(headers: &HeaderMap, body: &Bytes) -> Result<ReloadSource, Unusable> {
     }
 }
 
+/// The largest body `POST /admin/reload` reads (1 MiB): a larger one is a JSON 413 and
+/// the callback is not called. Set on the route itself, so a body limit the application
+/// sets (or lifts) on its own routes does not change it.
+pub const MAX_RELOAD_BODY: usize = 1 << 20;
+
 pub(crate) async fn reload(
     State(state): State<AdminState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let Some(apply) = state.reload.clone() else {
         return refuse(StatusCode::NOT_FOUND, "reload is not enabled");
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the body is larger than the limit of 1 MiB: nothing was changed",
+            );
+        }
+        Err(e) => return refuse(e.status(), &e.body_text()),
     };
     let source = match source(&headers, &body) {
         Ok(source) => source,

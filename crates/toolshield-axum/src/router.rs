@@ -5,10 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use toolshield_breaker::CircuitState;
 use toolshield_metrics::{PrometheusExporter, PROMETHEUS_CONTENT_TYPE};
@@ -41,7 +41,13 @@ pub const ADMIN_TOKEN_ENV: &str = "TOOLSHIELD_ADMIN_TOKEN";
 ///   admin token: the body is the new configuration (`application/toml` or
 ///   `application/json`), or empty to reload the server's configuration file; 200 with a
 ///   summary, 422 with every problem (nothing changed), 415 for another content type,
-///   400 for a body that is not UTF-8, 401 without the token.
+///   413 for a body over [`MAX_RELOAD_BODY`](crate::MAX_RELOAD_BODY), 400 for a body
+///   that is not UTF-8, 401 without the token.
+///
+/// Every admin refusal is a JSON `{"error": ...}` with a 4xx status, given only after the
+/// token was checked: a method a route does not take (405), path parameters that cannot
+/// be decoded (400), a path below `/admin/breakers/{key}/{action}/` (404: a key with a
+/// `/` is sent percent-encoded).
 #[derive(Clone, Default)]
 pub struct ShieldRouter {
     checks: Vec<Registered>,
@@ -194,14 +200,34 @@ impl ShieldRouter {
                 reload: self.reload,
             };
             let mut admin = Router::new();
+            // Every route answers a method it does not take with a JSON 405 (401 without
+            // the token), and a refused path or body with a JSON 4xx.
             if breakers {
                 admin = admin
-                    .route("/admin/breakers", get(admin::list))
-                    .route("/admin/breakers/{key}", get(admin::one))
-                    .route("/admin/breakers/{key}/{action}", post(admin::act));
+                    .route(
+                        "/admin/breakers",
+                        get(admin::list).fallback(admin::only_get),
+                    )
+                    .route(
+                        "/admin/breakers/{key}",
+                        get(admin::one).fallback(admin::only_get),
+                    )
+                    .route(
+                        "/admin/breakers/{key}/{action}",
+                        post(admin::act).fallback(admin::only_post),
+                    )
+                    .route(
+                        "/admin/breakers/{key}/{action}/{*rest}",
+                        any(admin::too_deep),
+                    );
             }
             if reloads {
-                admin = admin.route("/admin/reload", post(reload::reload));
+                admin = admin.route(
+                    "/admin/reload",
+                    post(reload::reload)
+                        .fallback(admin::only_post)
+                        .layer(DefaultBodyLimit::max(reload::MAX_RELOAD_BODY)),
+                );
             }
             if breakers || reloads {
                 let admin = admin

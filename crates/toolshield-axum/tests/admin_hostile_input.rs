@@ -1,0 +1,267 @@
+//! Hostile input to the admin API through a real server and a real HTTP client: a key
+//! that is not UTF-8 once decoded, keys with slashes and percent signs, a body larger
+//! than the server takes, wrong methods and unknown routes. Every refusal is a 4xx with
+//! a JSON `{"error": ...}` body (never a plain-text rejection, a 500 or a dropped
+//! connection), and the token is checked before anything else is told.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use toolshield_axum::ShieldRouter;
+use toolshield_breaker::{BreakerRegistry, CircuitState};
+
+use support::serve;
+
+const TOKEN: &str = "hostile-admin-token";
+
+/// A response: status, content type and body (JSON when it parses, else the text).
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: Value,
+}
+
+async fn send(
+    method: &'static str,
+    url: String,
+    token: Option<&str>,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> Answer {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let content_type = content_type.map(str::to_owned);
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .allow_non_standard_methods(true)
+            .timeout_global(Some(Duration::from_secs(20)))
+            .build()
+            .into();
+        let mut req = ureq::http::Request::builder().method(method).uri(&url);
+        if let Some(a) = &auth {
+            req = req.header("authorization", a);
+        }
+        if let Some(c) = &content_type {
+            req = req.header("content-type", c);
+        }
+        let req = req.body(body).expect("request");
+        let mut resp = agent.run(req).expect("response");
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(1 << 20)
+            .read_to_string()
+            .expect("body");
+        Answer {
+            status: resp.status().as_u16(),
+            content_type,
+            body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        }
+    })
+    .await
+    .expect("client")
+}
+
+/// Asserts a 4xx answered with a JSON `{"error": "..."}`.
+fn assert_json_refusal(a: &Answer, status: u16, what: &str) {
+    assert_eq!(a.status, status, "{what}: {a:?}");
+    assert_eq!(a.content_type, "application/json", "{what}: {a:?}");
+    assert!(
+        a.body["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{what}: {a:?}"
+    );
+}
+
+async fn server(registry: &BreakerRegistry) -> String {
+    let router = ShieldRouter::new()
+        .breakers(registry.clone())
+        .admin_token(TOKEN)
+        .reload_with(|_source| Ok(json!({"changed": []})))
+        .build();
+    format!("http://{}", serve(router).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_not_utf8_is_a_json_400_for_every_admin_route() {
+    let registry = BreakerRegistry::default();
+    let base = server(&registry).await;
+    for (method, path) in [
+        ("GET", "/admin/breakers/%FF"),
+        ("POST", "/admin/breakers/%FF/open"),
+        ("POST", "/admin/breakers/%C3%28/reset?create=true"),
+        ("POST", "/admin/breakers/weather/%FF"),
+    ] {
+        let a = send(method, format!("{base}{path}"), Some(TOKEN), None, vec![]).await;
+        assert_json_refusal(&a, 400, path);
+    }
+    assert_eq!(registry.len(), 0, "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_slashes_and_percent_signs_are_addressed_percent_encoded() {
+    let registry = BreakerRegistry::default();
+    let base = server(&registry).await;
+    for (encoded, key) in [
+        ("server%2Ftool", "server/tool"),
+        ("100%25", "100%"),
+        ("a%20b%22c", "a b\"c"),
+    ] {
+        let a = send(
+            "POST",
+            format!("{base}/admin/breakers/{encoded}/open?create=true"),
+            Some(TOKEN),
+            None,
+            vec![],
+        )
+        .await;
+        assert_eq!(a.status, 200, "{encoded}: {a:?}");
+        assert_eq!(a.body["key"], key, "{encoded}: {a:?}");
+        assert_eq!(registry.state(key), CircuitState::ForcedOpen, "{encoded}");
+        let a = send(
+            "GET",
+            format!("{base}/admin/breakers/{encoded}"),
+            Some(TOKEN),
+            None,
+            vec![],
+        )
+        .await;
+        assert_eq!(a.status, 200, "{encoded}: {a:?}");
+        assert_eq!(a.body["breakers"][0]["key"], key, "{encoded}: {a:?}");
+    }
+    // An unencoded slash is another route: a JSON 404, nothing created.
+    let a = send(
+        "POST",
+        format!("{base}/admin/breakers/server/tool/open?create=true"),
+        Some(TOKEN),
+        None,
+        vec![],
+    )
+    .await;
+    assert_json_refusal(&a, 404, "unencoded slash");
+    assert_eq!(registry.len(), 3);
+}
+
+/// Sends a request with a large body over a raw connection: the server may answer (and
+/// close) before the body is all sent, which an HTTP client reports as a broken pipe
+/// rather than reading the answer. Writes what it can, then reads the answer.
+async fn post_large(addr: std::net::SocketAddr, token: Option<&str>, body_len: usize) -> Answer {
+    use std::io::{Read, Write};
+    let auth = token
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let raw = tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let head = format!(
+            "POST /admin/reload HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/toml\r\n{auth}content-length: {body_len}\r\nconnection: close\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).expect("head");
+        let chunk = vec![b'#'; 64 << 10];
+        let mut sent = 0;
+        while sent < body_len {
+            let n = chunk.len().min(body_len - sent);
+            if stream.write_all(&chunk[..n]).is_err() {
+                break;
+            }
+            sent += n;
+        }
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw);
+        raw
+    })
+    .await
+    .expect("client");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_default();
+    Answer {
+        status,
+        content_type,
+        body: serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_body_above_the_limit_is_a_json_413_and_the_callback_never_runs() {
+    let called = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = called.clone();
+    let router = ShieldRouter::new()
+        .admin_token(TOKEN)
+        .reload_with(move |_source| {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(json!({}))
+        })
+        .build();
+    let addr = serve(router).await;
+    let a = post_large(addr, Some(TOKEN), 3 << 20).await;
+    assert_json_refusal(&a, 413, "3 MiB body");
+    let a = post_large(addr, Some(TOKEN), toolshield_axum::MAX_RELOAD_BODY + 1).await;
+    assert_json_refusal(&a, 413, "one byte over the limit");
+    // Without the token, the body is not even looked at.
+    let a = post_large(addr, None, 3 << 20).await;
+    assert_json_refusal(&a, 401, "3 MiB body without the token");
+    assert!(!called.load(std::sync::atomic::Ordering::SeqCst));
+    // A body within the limit reaches the callback.
+    let a = post_large(addr, Some(TOKEN), 1000).await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert!(called.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_checked_on_every_admin_route_and_method_before_anything_is_told() {
+    let registry = BreakerRegistry::default();
+    registry.force_open("weather");
+    let base = server(&registry).await;
+    for (method, path) in [
+        ("GET", "/admin/breakers"),
+        ("GET", "/admin/breakers/weather"),
+        ("POST", "/admin/breakers/weather/open"),
+        ("POST", "/admin/breakers/all/reset"),
+        ("POST", "/admin/reload"),
+        // Wrong methods on admin routes: 401 without the token, never a 405 that
+        // tells which routes exist.
+        ("GET", "/admin/breakers/weather/open"),
+        ("DELETE", "/admin/breakers/weather"),
+        ("GET", "/admin/reload"),
+        ("PUT", "/admin/breakers"),
+    ] {
+        let a = send(method, format!("{base}{path}"), None, None, vec![]).await;
+        assert_json_refusal(&a, 401, &format!("{method} {path}"));
+        let a = send(method, format!("{base}{path}"), Some("wrong"), None, vec![]).await;
+        assert_json_refusal(&a, 401, &format!("{method} {path} (wrong token)"));
+    }
+    assert_eq!(registry.state("weather"), CircuitState::ForcedOpen);
+    // With the token, a wrong method is a JSON 405.
+    for (method, path, status) in [
+        ("GET", "/admin/breakers/weather/open", 405),
+        ("DELETE", "/admin/breakers/weather", 405),
+        ("GET", "/admin/reload", 405),
+    ] {
+        let a = send(method, format!("{base}{path}"), Some(TOKEN), None, vec![]).await;
+        assert_json_refusal(&a, status, &format!("{method} {path}"));
+    }
+    assert_eq!(registry.state("weather"), CircuitState::ForcedOpen);
+}
