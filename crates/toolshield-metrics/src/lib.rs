@@ -33,6 +33,7 @@
 //! `tracing-opentelemetry` layer to your subscriber; this crate needs no feature for it.
 
 mod buckets;
+mod exposition;
 mod future;
 mod handles;
 mod layer;

@@ -125,6 +125,10 @@ pub trait Collect: Send + Sync {
     /// Appends families it renders itself to the text exposition, after the recorder's
     /// (for series that must disappear with what they describe: a `metrics` recorder
     /// cannot remove a series). Nothing by default.
+    ///
+    /// Several collectors may render the same family: the exporter writes it once, with
+    /// the first `# HELP` and `# TYPE` given, and a series written by several of them
+    /// once, with the sum of their values.
     fn render(&self, out: &mut String) {
         let _ = out;
     }
@@ -290,7 +294,8 @@ impl PrometheusExporter {
     }
 
     /// Runs the collectors, then renders the text exposition format: the recorder's
-    /// families, `tool_duration_seconds`, then those the collectors render themselves.
+    /// families, `tool_duration_seconds`, then those the collectors render themselves
+    /// (each family once, see [`Collect::render`]).
     pub fn render(&self) -> String {
         self.ensure_upkeep();
         let collectors = self
@@ -307,9 +312,13 @@ impl PrometheusExporter {
         if let Some(cells) = &self.shared.cells {
             cells.durations.render(&mut text);
         }
+        // Several collectors may render one family (a breaker collector per registry):
+        // merged, so each family is named once and each series written once.
+        let mut rendered = String::new();
         for c in &collectors {
-            c.render(&mut text);
+            c.render(&mut rendered);
         }
+        crate::exposition::merge_families(&rendered, &mut text);
         text
     }
 
