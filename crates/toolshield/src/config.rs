@@ -44,6 +44,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use serde_path_to_error::Segment;
 use toolshield_breaker::{BreakerConfig, WindowConfig};
 use toolshield_budget::{BudgetConfig, LedgerConfig};
 use toolshield_bulkhead::BulkheadConfig;
@@ -56,6 +57,12 @@ use toolshield_idempotency::IdempotencyConfig;
 use toolshield_ratelimit::RateLimitConfig;
 use toolshield_retry::RetryConfig;
 use toolshield_timeout::TimeoutConfig;
+
+/// The largest `max_keys` a `rate_limit`, `bulkhead` or `breaker` section accepts: 10
+/// million keys, a thousand times the default. Each of those maps holds one entry per
+/// distinct key (a caller, a run, a host), so its bound is what keeps memory finite under
+/// hostile callers; a larger figure is no bound at all.
+pub const MAX_KEYS: usize = 10_000_000;
 
 /// The settings of one tool (or the defaults every tool starts from).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -228,17 +235,8 @@ impl ShieldConfig {
             .remove("tools")
             .unwrap_or_else(|| Value::Object(Map::new()));
         if let Some(runs) = root.remove("runs") {
-            match serde_path_to_error::deserialize::<_, LedgerConfig>(runs) {
-                Ok(runs) => cfg.runs = runs,
-                Err(e) => {
-                    let inner = e.path().to_string();
-                    let field = if inner == "." || inner.is_empty() {
-                        "runs".to_owned()
-                    } else {
-                        format!("runs.{inner}")
-                    };
-                    p.push(field, e.into_inner());
-                }
+            if let Some(runs) = deserialize_all::<LedgerConfig>(runs, "runs", &mut p) {
+                cfg.runs = runs;
             }
         }
         for unknown in root.keys() {
@@ -255,19 +253,8 @@ impl ShieldConfig {
             Value::Object(tools) => {
                 for (name, tool_value) in tools {
                     let path = format!("tools.{name}");
-                    if name.trim().is_empty() {
-                        p.push("tools", "a tool name must not be empty or blank");
-                        continue;
-                    }
-                    if let Some(why) = toolshield_core::keys::check_tool_name(&name) {
-                        p.push("tools", format_args!("{name:?}: {why}"));
-                        continue;
-                    }
-                    if name == "other" {
-                        p.push(
-                            path,
-                            "`other` is reserved: the metrics label of unregistered tools",
-                        );
+                    if let Some((field, why)) = tool_name_problem(&name) {
+                        p.push(field, why);
                         continue;
                     }
                     let own = section_map(tool_value, &path, &mut p);
@@ -298,6 +285,10 @@ impl ShieldConfig {
         p.extend("runs", self.runs.validate());
         check_tool(&self.defaults, None, "defaults", &mut p);
         for (name, tool) in &self.tools {
+            if let Some((field, why)) = tool_name_problem(name) {
+                p.push(field, why);
+                continue;
+            }
             check_tool(tool, Some(&self.defaults), &format!("tools.{name}"), &mut p);
         }
         p.into_result()
@@ -307,6 +298,22 @@ impl ShieldConfig {
     pub fn tool(&self, tool: &str) -> &ToolConfig {
         self.tools.get(tool).unwrap_or(&self.defaults)
     }
+}
+
+/// Why `name` cannot be a tool section's name, if it cannot: the field to report it at
+/// (`tools` for a name that cannot be written in a path) and the message.
+fn tool_name_problem(name: &str) -> Option<(String, String)> {
+    if name.trim().is_empty() {
+        let why = "a tool name must not be empty or blank";
+        return Some(("tools".to_owned(), why.to_owned()));
+    }
+    if let Some(why) = toolshield_core::keys::check_tool_name(name) {
+        return Some(("tools".to_owned(), format!("{name:?}: {why}")));
+    }
+    (name == "other").then(|| {
+        let why = "`other` is reserved: the metrics label of unregistered tools";
+        (format!("tools.{name}"), why.to_owned())
+    })
 }
 
 fn single(field: &str, message: impl std::fmt::Display) -> ConfigError {
@@ -358,19 +365,7 @@ fn parse_tool(
             },
             (Some(v), None) => v.clone(),
         };
-        match serde_path_to_error::deserialize::<_, T>(value) {
-            Ok(t) => t,
-            Err(e) => {
-                let inner = e.path().to_string();
-                let field = if inner == "." || inner.is_empty() {
-                    format!("{path}.{key}")
-                } else {
-                    format!("{path}.{key}.{inner}")
-                };
-                p.push(field, e.into_inner());
-                T::default()
-            }
-        }
+        deserialize_all(value, &format!("{path}.{key}"), p).unwrap_or_default()
     }
     let b = base;
     let mut tool = ToolConfig {
@@ -416,6 +411,122 @@ fn parse_tool(
     tool
 }
 
+/// At most this many problems are listed for one section.
+const MAX_SECTION_PROBLEMS: usize = 64;
+
+/// Deserializes one section, listing every problem in it under `prefix`, not only the
+/// first one serde meets: after each problem the offending field is taken out and the
+/// section read again. An unknown field is reported at its own path
+/// (`defaults.retry.backoff.bsae`). `None` if there was any problem.
+fn deserialize_all<T: DeserializeOwned>(
+    mut value: Value,
+    prefix: &str,
+    p: &mut Problems,
+) -> Option<T> {
+    let mut reported: Vec<String> = Vec::new();
+    while reported.len() < MAX_SECTION_PROBLEMS {
+        let e = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+            Ok(t) => return reported.is_empty().then_some(t),
+            Err(e) => e,
+        };
+        let mut segments: Vec<Segment> = e.path().iter().cloned().collect();
+        let inner = e.path().to_string();
+        let message = e.into_inner().to_string();
+        let mut field = if inner == "." || inner.is_empty() {
+            prefix.to_owned()
+        } else {
+            format!("{prefix}.{inner}")
+        };
+        // The path of an unknown field ends at its table or at the field, depending on
+        // how the section is deserialized: make it end at the field.
+        let at_field = |u: &str| matches!(segments.last(), Some(Segment::Map { key }) if key == u);
+        let named = unknown_field(&message)
+            .filter(|u| !at_field(u))
+            .map(str::to_owned)
+            .or_else(|| value_named_in(table_at(&value, &segments)?, &message));
+        if let Some(name) = named {
+            field = format!("{field}.{name}");
+            segments.push(Segment::Map { key: name });
+        }
+        // A problem at a field already reported, or at a table holding one (a tag taken
+        // out, now missing), follows from the earlier one: stop there.
+        let follows = reported.iter().any(|r| {
+            r == &field
+                || r.strip_prefix(field.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'))
+        });
+        if follows {
+            break;
+        }
+        p.push(field.as_str(), message);
+        reported.push(field);
+        if !remove_at(&mut value, &segments) {
+            break;
+        }
+    }
+    None
+}
+
+/// The table at `path` in `value`, if there is one there.
+fn table_at<'a>(value: &'a Value, path: &[Segment]) -> Option<&'a Map<String, Value>> {
+    let mut at = value;
+    for segment in path {
+        match (segment, at) {
+            (Segment::Map { key }, Value::Object(map)) => at = map.get(key)?,
+            _ => return None,
+        }
+    }
+    at.as_object()
+}
+
+/// The one field of `table` whose value serde's message quotes (`invalid value: string
+/// "x", expected a duration`): a problem inside a tagged section (a backoff, a window) is
+/// reported at its table, and this finds the field it is about. `None` unless exactly
+/// one field matches.
+fn value_named_in(table: &Map<String, Value>, message: &str) -> Option<String> {
+    let quoted = |v: &Value| match v {
+        Value::String(s) => Some(format!("string {s:?}")),
+        Value::Number(n) => Some(format!("`{n}`")),
+        Value::Bool(b) => Some(format!("`{b}`")),
+        _ => None,
+    };
+    let mut found = table
+        .iter()
+        .filter(|(_, v)| quoted(v).is_some_and(|q| message.contains(&q)))
+        .map(|(k, _)| k);
+    match (found.next(), found.next()) {
+        (Some(k), None) => Some(k.clone()),
+        _ => None,
+    }
+}
+
+/// The field named by serde's "unknown field `name`, expected ..." message.
+fn unknown_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    rest.split_once('`').map(|(name, _)| name)
+}
+
+/// Takes the value at `path` out of `value` (tables only); whether it was there.
+fn remove_at(value: &mut Value, path: &[Segment]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut at = value;
+    for segment in parents {
+        match (segment, at) {
+            (Segment::Map { key }, Value::Object(map)) => match map.get_mut(key) {
+                Some(next) => at = next,
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+    match (last, at) {
+        (Segment::Map { key }, Value::Object(map)) => map.remove(key).is_some(),
+        _ => false,
+    }
+}
+
 /// `over` merged field by field onto `base` (tables merge, anything else replaces).
 fn merged(base: &Value, over: &Value) -> Value {
     match (base, over) {
@@ -446,6 +557,7 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
     }
     if own(|a, b| a.breaker == b.breaker) {
         p.extend(&format!("{path}.breaker"), tool.breaker.validate());
+        check_max_keys(tool.breaker.max_keys, &format!("{path}.breaker"), p);
     }
     if own(|a, b| a.idempotency == b.idempotency) {
         p.extend(&format!("{path}.idempotency"), tool.idempotency.validate());
@@ -494,9 +606,12 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
     }
     if let (true, Some(bulkhead)) = (own(|a, b| a.bulkhead == b.bulkhead), &tool.bulkhead) {
         p.extend(&format!("{path}.bulkhead"), bulkhead.validate());
+        check_max_keys(bulkhead.max_keys, &format!("{path}.bulkhead"), p);
     }
     if let (true, Some(limit)) = (own(|a, b| a.rate_limit == b.rate_limit), &tool.rate_limit) {
         p.extend(&format!("{path}.rate_limit"), limit.validate());
+        let max_keys = usize::try_from(limit.max_keys).unwrap_or(usize::MAX);
+        check_max_keys(max_keys, &format!("{path}.rate_limit"), p);
     }
     if own(|a, b| a.budget == b.budget) {
         p.extend(&format!("{path}.budget"), tool.budget.validate());
@@ -508,6 +623,15 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
             }
         }
     }
+}
+
+/// `section.max_keys` at most [`MAX_KEYS`].
+fn check_max_keys(max_keys: usize, section: &str, p: &mut Problems) {
+    p.check(
+        max_keys <= MAX_KEYS,
+        format!("{section}.max_keys"),
+        format_args!("must be at most {MAX_KEYS}, got {max_keys}"),
+    );
 }
 
 /// An environment variable as text; a name or value that is not UTF-8 is converted
