@@ -39,7 +39,9 @@ struct Hedging<S, Req>
 where
     S: Service<Req>,
 {
-    svc: S,
+    /// The service hedges are sent to; dropped once hedging is closed, so a readiness it
+    /// reserved (a permit of a concurrency limit) is given back at once.
+    svc: Option<S>,
     req: Req,
     shared: Arc<Shared>,
     start: Instant,
@@ -51,12 +53,11 @@ where
     hedges: Vec<Attempt<S::Future>>,
     /// Attempts sent, the first included.
     sent: u32,
-    /// A budget token is held for a hedge whose service is not ready yet.
-    reserved: bool,
     /// The next hedge goes as soon as the service is ready (timer fired, or a failure).
     due: bool,
     /// No more hedges: the maximum is reached, the budget refused, the call is cancelled
-    /// or past its deadline, or the service failed.
+    /// or past its deadline, an attempt was refused by a limit inside, or the service
+    /// failed.
     closed: bool,
     last_failure: Option<Result<S::Response, ToolError>>,
 }
@@ -74,8 +75,9 @@ enum Verdict<R> {
     Fatal(Result<R, ToolError>),
     /// A failure another attempt may not have.
     Failed(Result<R, ToolError>),
-    /// Refused by a layer inside before the tool ran (an open breaker): attempts already
-    /// admitted keep running, and no further hedge is sent into the refusal.
+    /// Refused by a layer inside before the tool ran (an open breaker, a full bulkhead, a
+    /// rate limit): attempts already admitted keep running, and no further hedge is sent
+    /// into the refusal, which every copy would meet as well.
     Refused(Result<R, ToolError>),
 }
 
@@ -88,7 +90,10 @@ fn judge<R: ShieldResponse, E: Into<ToolError>>(result: Result<R, E>) -> Verdict
         },
         Err(e) => {
             let e = e.into();
-            if e.kind() == ErrorKind::CircuitOpen {
+            if matches!(
+                e.kind(),
+                ErrorKind::CircuitOpen | ErrorKind::Overloaded | ErrorKind::RateLimited
+            ) {
                 Verdict::Refused(Err(e))
             } else if e.is_retriable() {
                 Verdict::Failed(Err(e))
@@ -130,7 +135,7 @@ where
             first: Some(first),
             timer: None,
             hedging: Some(Hedging {
-                svc,
+                svc: Some(svc),
                 req,
                 shared,
                 start,
@@ -139,7 +144,6 @@ where
                 first_guard,
                 hedges: Vec::new(),
                 sent: 1,
-                reserved: false,
                 due: false,
                 closed: false,
                 last_failure: None,
@@ -169,45 +173,44 @@ where
     S::Response: ShieldResponse,
     Req: ShieldRequest + Clone,
 {
-    /// Sends the next hedge if the maximum, the budget, the call and the service allow.
+    /// Sends the next hedge if the maximum, the call, the service and the budget allow.
+    ///
+    /// The budget is asked only once the service is ready, right before the hedge is
+    /// sent: a hedge still waiting for readiness when the call ends (or is dropped) has
+    /// taken nothing from it.
     fn launch(&mut self, cx: &mut Context<'_>) -> Launch {
-        if !self.reserved {
-            if self.sent > self.shared.max_hedges {
-                self.closed = true;
-                return Launch::Closed;
-            }
-            if let Some(state) = self.req.call_state() {
-                let cancelled = state.tokens().call().is_cancelled();
-                let expired = state.deadline().is_some_and(|d| d <= time::now());
-                if cancelled || expired {
-                    self.closed = true;
-                    return Launch::Closed;
-                }
-            }
-            if let Some(budget) = &self.shared.budget {
-                if !budget.try_withdraw() {
-                    self.shared
-                        .stats
-                        .budget_denied
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.closed = true;
-                    return Launch::Closed;
-                }
-            }
-            self.reserved = true;
+        if self.sent > self.shared.max_hedges {
+            return self.close();
         }
-        match self.svc.poll_ready(cx) {
+        if let Some(state) = self.req.call_state() {
+            let cancelled = state.tokens().call().is_cancelled();
+            let expired = state.deadline().is_some_and(|d| d <= time::now());
+            if cancelled || expired {
+                return self.close();
+            }
+        }
+        let Some(svc) = self.svc.as_mut() else {
+            return self.close();
+        };
+        match svc.poll_ready(cx) {
             Poll::Pending => Launch::NotReady,
             Poll::Ready(Err(e)) => {
-                self.reserved = false;
-                self.closed = true;
                 if self.last_failure.is_none() {
                     self.last_failure = Some(Err(e.into()));
                 }
-                Launch::Closed
+                self.close()
             }
             Poll::Ready(Ok(())) => {
-                self.reserved = false;
+                if let Some(budget) = &self.shared.budget {
+                    if !budget.try_withdraw() {
+                        self.shared
+                            .stats
+                            .budget_denied
+                            .fetch_add(1, Ordering::Relaxed);
+                        // Dropping the ready service gives back what its readiness holds.
+                        return self.close();
+                    }
+                }
                 self.due = false;
                 self.sent += 1;
                 let mut req = self.req.clone();
@@ -220,7 +223,7 @@ where
                 let now = time::now();
                 self.last_sent = now;
                 self.hedges.push(Attempt {
-                    fut: Box::pin(self.svc.call(req)),
+                    fut: Box::pin(svc.call(req)),
                     guard,
                     number: self.sent,
                     start: now,
@@ -232,6 +235,13 @@ where
                 Launch::Sent
             }
         }
+    }
+
+    /// No more hedges: the service is dropped with whatever its readiness holds.
+    fn close(&mut self) -> Launch {
+        self.closed = true;
+        self.svc = None;
+        Launch::Closed
     }
 
     /// The winner's response: its latency recorded, the hedge mark set. The losers are
@@ -256,7 +266,7 @@ where
     /// refusal is its answer only if none of them answers), and hedging stops.
     fn refused(&mut self, out: Result<S::Response, ToolError>) {
         self.last_failure = Some(out);
-        self.closed = true;
+        self.close();
     }
 
     fn poll_attempts(

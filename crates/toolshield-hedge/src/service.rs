@@ -30,8 +30,9 @@ pub(crate) struct Shared {
 /// does) and does not end the call while another attempt may still succeed; a
 /// non-retriable failure (`INVALID_INPUT`, `NOT_FOUND`, `CANCELLED`, ...) ends it at
 /// once, as every copy would fail the same way. An attempt refused with `CIRCUIT_OPEN` (a
-/// breaker inside, which may have admitted an earlier attempt as its half-open probe)
-/// stops hedging but leaves the attempts in flight running. When every attempt failed and
+/// breaker inside, which may have admitted an earlier attempt as its half-open probe),
+/// `OVERLOADED` (a full bulkhead) or `RATE_LIMITED` (a rate limit) stops hedging, as
+/// every copy would be refused too, but leaves the attempts in flight running. When every attempt failed and
 /// no hedge is left, the last failure is returned.
 ///
 /// Every other call (`Mutating`, `Idempotent` without a key, or a kind the request does
@@ -40,7 +41,8 @@ pub(crate) struct Shared {
 /// Each hedge is a clone of the request with its own attempt token, a child of the call
 /// token: cancelling the call cancels every attempt, and dropping this future (a timeout
 /// outside, a caller that went away) drops every attempt and cancels their tokens. A
-/// hedge withdraws a token from the budget, if one is set; none left, no hedge. No hedge
+/// hedge withdraws a token from the budget, if one is set, when it is sent (once the
+/// service is ready: a hedge that never ran takes nothing); none left, no hedge. No hedge
 /// starts once the call is cancelled or past its deadline. When more than one attempt
 /// was sent the response is marked ([`ShieldResponse::mark_hedged`]) with the attempt
 /// that answered.

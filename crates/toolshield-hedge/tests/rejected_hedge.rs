@@ -86,3 +86,58 @@ async fn a_first_attempt_refused_by_an_open_breaker_ends_the_call_at_once() {
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(tool.calls(), 1);
 }
+
+fn refused(kind: ErrorKind) -> Result<ToolResponse, ToolError> {
+    Err(ToolError::new(kind, "refused before the tool ran"))
+}
+
+/// A bulkhead or a rate limiter inside refuses a hedge at once (`OVERLOADED`,
+/// `RATE_LIMITED`): the copies after it would be refused the same way, so no further
+/// hedge is sent into it and no more budget is spent on it; the first attempt keeps
+/// running and answers.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_refused_by_a_full_bulkhead_or_a_rate_limiter_stops_hedging() {
+    for kind in [ErrorKind::Overloaded, ErrorKind::RateLimited] {
+        let tool = ScriptedTool::steps([
+            (
+                Duration::from_millis(300),
+                Ok(ToolResponse::new(json!("first"))),
+            ),
+            (Duration::ZERO, refused(kind)),
+            (Duration::ZERO, refused(kind)),
+            (Duration::ZERO, refused(kind)),
+        ]);
+        let layer = HedgeLayer::new(HedgeDelay::fixed(Duration::from_millis(100)), 3);
+        let start = Instant::now();
+        let res = layer
+            .layer(tool.service())
+            .oneshot(read())
+            .await
+            .expect("the first attempt answers");
+        assert_eq!(res.output, json!("first"), "{kind:?}");
+        assert_eq!(start.elapsed(), Duration::from_millis(300), "{kind:?}");
+        let seen = tool.seen();
+        assert_eq!(
+            seen.len(),
+            2,
+            "{kind:?}: one hedge, none repeated into the refusal"
+        );
+        assert!(!seen[0].attempt_token.is_cancelled(), "{kind:?}");
+        assert_eq!(layer.stats().hedges_sent(), 1, "{kind:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_refused_by_a_limiter_is_not_hedged_into_it() {
+    for kind in [ErrorKind::Overloaded, ErrorKind::RateLimited] {
+        let tool = ScriptedTool::steps([(Duration::ZERO, refused(kind))]);
+        let layer = HedgeLayer::new(HedgeDelay::fixed(Duration::from_millis(100)), 2);
+        let err = layer
+            .layer(tool.service())
+            .oneshot(read())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), kind);
+        assert_eq!(tool.calls(), 1, "{kind:?}");
+    }
+}
