@@ -13,7 +13,7 @@ use tower_service::Service;
 use crate::gate::{Permit, QueuePlace};
 use crate::layer::Shared;
 
-type Wait = Pin<Box<dyn Future<Output = Option<Permit>> + Send>>;
+pub(crate) type Wait = Pin<Box<dyn Future<Output = Option<Permit>> + Send>>;
 
 pin_project! {
     /// The future of [`Bulkhead`](crate::Bulkhead): the inner call holding its slot, a
@@ -57,8 +57,10 @@ impl<F, S, Req> ResponseFuture<F, S, Req> {
         }
     }
 
+    /// `wait` is `place`'s wait, already polled once (it holds its place in line).
     pub(crate) fn queued(
         place: QueuePlace,
+        wait: Wait,
         until: Instant,
         svc: S,
         req: Req,
@@ -66,7 +68,7 @@ impl<F, S, Req> ResponseFuture<F, S, Req> {
     ) -> Self {
         ResponseFuture {
             state: State::Queued {
-                wait: place.wait(),
+                wait,
                 place: Some(place),
                 sleep: sleep_until(until),
                 svc: Some(svc),

@@ -35,8 +35,8 @@ impl Gate {
         }
     }
 
-    /// A slot now, if one is free and nobody waits for it (the semaphore is FIFO: a free
-    /// permit means an empty queue).
+    /// A slot now, if one is free and nobody waits for it (the semaphore is FIFO and a
+    /// queued call joins its queue in `call`: a free permit means an empty queue).
     pub(crate) fn try_enter(self: &Arc<Self>) -> Option<Permit> {
         let p = self.sem.try_acquire().ok()?;
         // Given back by `Permit::drop`, whatever ends the call.
@@ -65,7 +65,8 @@ pub(crate) struct QueuePlace {
 }
 
 impl QueuePlace {
-    /// Waits for a slot, in FIFO order. Dropping the future leaves the queue.
+    /// Waits for a slot, in FIFO order from its first poll. Dropping the future leaves
+    /// the queue.
     pub(crate) fn wait(
         &self,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Permit>> + Send>> {

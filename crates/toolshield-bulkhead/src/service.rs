@@ -1,6 +1,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use toolshield_contract::config::deadline_after;
 use toolshield_contract::time;
@@ -114,11 +114,25 @@ impl<S, K> Bulkhead<S, K> {
                 ),
             );
         };
+        // Takes its place in the semaphore's FIFO queue now, in the order of `call`, not
+        // when the caller first polls: a slot freed from here on goes to the calls
+        // queued before any later one, and a newcomer finds no free slot to jump the
+        // queue with. The caller's first poll puts its own waker in place of this one.
+        let mut wait = place.wait();
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(permit) = wait.as_mut().poll(&mut cx) {
+            // A slot freed since `try_enter`.
+            drop(place);
+            return match permit {
+                Some(permit) => ResponseFuture::running(self.inner.call(req), permit),
+                None => ResponseFuture::failed(ToolError::internal("bulkhead closed")),
+            };
+        }
         // The ready service goes with the call; the one left behind polls readiness
         // again before its next call.
         let clone = self.inner.clone();
         let svc = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::queued(place, until, svc, req, Arc::clone(&self.shared))
+        ResponseFuture::queued(place, wait, until, svc, req, Arc::clone(&self.shared))
     }
 }
 
