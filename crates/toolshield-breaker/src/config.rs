@@ -249,7 +249,7 @@ impl BreakerConfig {
                 self.half_open_successes
             ),
         );
-        p.check(self.max_keys >= 1, "max_keys", "must be at least 1");
+        p.check_max_keys(u64::try_from(self.max_keys).unwrap_or(u64::MAX), "max_keys");
         p.check(
             !self.idle_ttl.is_zero(),
             "idle_ttl",

@@ -317,3 +317,22 @@ async fn keys_longer_than_the_key_bound_are_never_held_by_the_registry() {
     assert_eq!(registry.len(), 1);
     assert!(registry.status(&at_bound).is_some());
 }
+
+#[test]
+fn a_key_count_bound_above_max_keys_is_a_config_error() {
+    // A registry bound of usize::MAX is no bound against a flood of distinct keys.
+    use toolshield_core::config::MAX_KEYS;
+    for max_keys in [0, MAX_KEYS + 1, usize::MAX] {
+        let cfg = BreakerConfig {
+            max_keys,
+            ..BreakerConfig::default()
+        };
+        let err = cfg.validate().expect_err("refused");
+        assert_eq!(err.problems()[0].field, "max_keys", "{max_keys}: {err}");
+    }
+    let at_bound = BreakerConfig {
+        max_keys: MAX_KEYS,
+        ..BreakerConfig::default()
+    };
+    assert!(at_bound.validate().is_ok());
+}

@@ -76,7 +76,8 @@ impl Default for BulkheadConfig {
 impl BulkheadConfig {
     /// Every problem: `max_concurrent` in `1..=MAX_CONCURRENT`, `max_queue` at most
     /// [`MAX_QUEUE`], a queue timeout above zero when there is a queue and at most
-    /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION), `max_keys` at least 1.
+    /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION), `max_keys` from 1 to
+    /// [`MAX_KEYS`](toolshield_contract::config::MAX_KEYS).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
         p.check(
@@ -100,7 +101,7 @@ impl BulkheadConfig {
             "queue_timeout",
             "must be greater than 0 when max_queue is above 0",
         );
-        p.check(self.max_keys >= 1, "max_keys", "must be at least 1");
+        p.check_max_keys(u64::try_from(self.max_keys).unwrap_or(u64::MAX), "max_keys");
         p.into_result()
     }
 }

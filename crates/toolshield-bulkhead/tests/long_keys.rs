@@ -67,3 +67,23 @@ async fn keys_longer_than_four_kib_share_one_overflow_compartment() {
     assert!(a.await.unwrap().is_ok());
     assert_eq!(stats.snapshot().in_flight, 0);
 }
+
+#[test]
+fn a_key_count_bound_above_max_keys_is_a_config_error() {
+    // A bound of usize::MAX is no bound against a flood of distinct callers.
+    use toolshield_bulkhead::BulkheadConfig;
+    use toolshield_core::config::MAX_KEYS;
+    for max_keys in [0, MAX_KEYS + 1, usize::MAX] {
+        let cfg = BulkheadConfig {
+            max_keys,
+            ..BulkheadConfig::default()
+        };
+        let err = cfg.validate().expect_err("refused");
+        assert_eq!(err.problems()[0].field, "max_keys", "{max_keys}: {err}");
+    }
+    let at_bound = BulkheadConfig {
+        max_keys: MAX_KEYS,
+        ..BulkheadConfig::default()
+    };
+    assert!(at_bound.validate().is_ok());
+}

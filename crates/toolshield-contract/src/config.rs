@@ -140,6 +140,21 @@ impl Problems {
         );
     }
 
+    /// Records a problem at `field` unless `max_keys` is between 1 and [`MAX_KEYS`]: a
+    /// map with one entry per distinct key (a caller, a run, a host) is bounded only if
+    /// its bound is.
+    pub fn check_max_keys(&mut self, max_keys: u64, field: impl Into<String>) {
+        let field = field.into();
+        if max_keys == 0 {
+            self.push(field, "must be at least 1");
+        } else if max_keys > MAX_KEYS as u64 {
+            self.push(
+                field,
+                format_args!("must be at most {MAX_KEYS}, got {max_keys}"),
+            );
+        }
+    }
+
     /// Adds the problems of a nested config under `prefix`.
     pub fn extend(&mut self, prefix: &str, nested: Result<(), ConfigError>) {
         if let Err(e) = nested {
@@ -168,6 +183,12 @@ impl Problems {
 /// any TTL, lease or timeout a tool call needs, short enough that `now + d` never
 /// overflows a clock.
 pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
+
+/// The largest `max_keys` of a keyed map a configuration accepts (a rate limiter's, a
+/// bulkhead's, a breaker registry's): 10 million keys, a thousand times their default.
+/// Each holds one entry per distinct key, so its bound is what keeps memory finite under
+/// hostile callers; a larger figure is no bound at all.
+pub const MAX_KEYS: usize = 10_000_000;
 
 /// `now + d`, or `now + MAX_DURATION` when `d` is longer (or that overflows too, `now`
 /// itself pushed as far as it goes): the request path never panics on a duration.

@@ -110,7 +110,8 @@ impl RateLimitConfig {
     /// Every problem: a rate and burst of at least 1, a period above zero and at most
     /// [`MAX_DURATION`](toolshield_contract::config::MAX_DURATION), at most one call per
     /// microsecond (the precision of the shared store), a burst tolerance and `max_wait`
-    /// within `MAX_DURATION`, `max_keys` at least 1.
+    /// within `MAX_DURATION`, `max_keys` from 1 to
+    /// [`MAX_KEYS`](toolshield_contract::config::MAX_KEYS).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::new();
         p.check(self.rate >= 1, "rate", "must be at least 1");
@@ -143,7 +144,7 @@ impl RateLimitConfig {
             "max_wait",
             "must be greater than 0 when on_limit is wait",
         );
-        p.check(self.max_keys >= 1, "max_keys", "must be at least 1");
+        p.check_max_keys(self.max_keys, "max_keys");
         p.into_result()
     }
 }

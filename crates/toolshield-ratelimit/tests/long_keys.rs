@@ -39,3 +39,23 @@ async fn keys_longer_than_four_kib_share_one_overflow_bucket() {
     assert!(err.retry_after().is_some());
     assert_eq!(store.len(), 1);
 }
+
+#[test]
+fn a_key_count_bound_above_max_keys_is_a_config_error() {
+    // A bound of u64::MAX is no bound against a flood of distinct callers.
+    use toolshield_core::config::MAX_KEYS;
+    use toolshield_ratelimit::RateLimitConfig;
+    for max_keys in [0, MAX_KEYS as u64 + 1, u64::MAX] {
+        let cfg = RateLimitConfig {
+            max_keys,
+            ..RateLimitConfig::default()
+        };
+        let err = cfg.validate().expect_err("refused");
+        assert_eq!(err.problems()[0].field, "max_keys", "{max_keys}: {err}");
+    }
+    let at_bound = RateLimitConfig {
+        max_keys: MAX_KEYS as u64,
+        ..RateLimitConfig::default()
+    };
+    assert!(at_bound.validate().is_ok());
+}

@@ -58,11 +58,9 @@ use toolshield_ratelimit::RateLimitConfig;
 use toolshield_retry::RetryConfig;
 use toolshield_timeout::TimeoutConfig;
 
-/// The largest `max_keys` a `rate_limit`, `bulkhead` or `breaker` section accepts: 10
-/// million keys, a thousand times the default. Each of those maps holds one entry per
-/// distinct key (a caller, a run, a host), so its bound is what keeps memory finite under
-/// hostile callers; a larger figure is no bound at all.
-pub const MAX_KEYS: usize = 10_000_000;
+/// The largest `max_keys` a `rate_limit`, `bulkhead` or `breaker` section accepts (10
+/// million keys); each layer's own `validate` checks it.
+pub use toolshield_core::config::MAX_KEYS;
 
 /// The settings of one tool (or the defaults every tool starts from).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -557,7 +555,6 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
     }
     if own(|a, b| a.breaker == b.breaker) {
         p.extend(&format!("{path}.breaker"), tool.breaker.validate());
-        check_max_keys(tool.breaker.max_keys, &format!("{path}.breaker"), p);
     }
     if own(|a, b| a.idempotency == b.idempotency) {
         p.extend(&format!("{path}.idempotency"), tool.idempotency.validate());
@@ -606,12 +603,9 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
     }
     if let (true, Some(bulkhead)) = (own(|a, b| a.bulkhead == b.bulkhead), &tool.bulkhead) {
         p.extend(&format!("{path}.bulkhead"), bulkhead.validate());
-        check_max_keys(bulkhead.max_keys, &format!("{path}.bulkhead"), p);
     }
     if let (true, Some(limit)) = (own(|a, b| a.rate_limit == b.rate_limit), &tool.rate_limit) {
         p.extend(&format!("{path}.rate_limit"), limit.validate());
-        let max_keys = usize::try_from(limit.max_keys).unwrap_or(usize::MAX);
-        check_max_keys(max_keys, &format!("{path}.rate_limit"), p);
     }
     if own(|a, b| a.budget == b.budget) {
         p.extend(&format!("{path}.budget"), tool.budget.validate());
@@ -623,15 +617,6 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
             }
         }
     }
-}
-
-/// `section.max_keys` at most [`MAX_KEYS`].
-fn check_max_keys(max_keys: usize, section: &str, p: &mut Problems) {
-    p.check(
-        max_keys <= MAX_KEYS,
-        format!("{section}.max_keys"),
-        format_args!("must be at most {MAX_KEYS}, got {max_keys}"),
-    );
 }
 
 /// An environment variable as text; a name or value that is not UTF-8 is converted
