@@ -176,7 +176,7 @@ impl CallGuard {
         // Without a threshold of its own the clock is not read here.
         let slow = marked_slow
             || breaker.slow_threshold_nanos().is_some_and(|threshold| {
-                breaker.now_nanos().saturating_sub(self.start) >= threshold
+                breaker.now_nanos().saturating_sub(self.start) > threshold
             });
         let record = match outcome {
             Outcome::Success => Record::Success { slow },

@@ -392,6 +392,25 @@ async fn the_breakers_own_slow_threshold_counts_slow_calls() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_that_takes_exactly_the_slow_call_duration_is_not_slow() {
+    // Slow means slower than `slow_call_duration`, as in Resilience4j (a call whose
+    // duration exceeds the threshold): the tool's "sleep" takes 2 s exactly.
+    let (mut svc, registry, _) = setup(BreakerConfig {
+        consecutive_failures: 0,
+        window: WindowConfig::count(4),
+        min_calls: 2,
+        slow_call_rate: Some(50.0),
+        slow_call_duration: Some(Duration::from_secs(2)),
+        ..BreakerConfig::default()
+    });
+    call(&mut svc, "t", "ok").await.unwrap();
+    call(&mut svc, "t", "sleep").await.unwrap();
+    let s = registry.status("t").unwrap();
+    assert_eq!(s.slow_calls_in_window, 0);
+    assert_eq!(registry.state("t"), CircuitState::Closed);
+}
+
+#[tokio::test(start_paused = true)]
 async fn cancellations_and_client_errors_do_not_count() {
     let (mut svc, registry, _) = setup(BreakerConfig {
         consecutive_failures: 3,

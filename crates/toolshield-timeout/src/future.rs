@@ -205,7 +205,7 @@ where
                     if let Some(threshold) = *this.soft {
                         // The one extra clock read, made only when a threshold is set.
                         let elapsed = time::now().saturating_duration_since(*this.start);
-                        if elapsed >= threshold {
+                        if elapsed > threshold {
                             tracing::info!(
                                 target: "toolshield::timeout",
                                 elapsed_ms = elapsed.as_millis() as u64,

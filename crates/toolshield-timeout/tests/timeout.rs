@@ -167,6 +167,36 @@ async fn slow_success_is_marked_and_still_succeeds() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_success_exactly_at_the_soft_threshold_is_not_slow() {
+    // Slow means slower than the threshold, as Resilience4j's slow-call duration
+    // threshold ("calls slower than"): a call that took the threshold exactly is not.
+    let mut at = TimeoutLayer::new(secs(4))
+        .soft_threshold(secs(2))
+        .layer(sleeper(secs(2)));
+    let res = at
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap();
+    assert!(!res.provenance.slow);
+    assert!(res.slow_call().is_none());
+
+    let mut over = TimeoutLayer::new(secs(4))
+        .soft_threshold(secs(2))
+        .layer(sleeper(secs(2) + Duration::from_millis(1)));
+    let res = over
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap();
+    assert!(res.provenance.slow, "1 ms over the threshold is slow");
+}
+
+#[tokio::test(start_paused = true)]
 async fn inner_errors_pass_through_unchanged() {
     let tool = service_fn(|_req: ToolRequest| async {
         Err::<ToolResponse, _>(ToolError::rate_limited("slow down", Some(secs(7))))
