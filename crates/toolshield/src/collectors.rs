@@ -14,6 +14,7 @@ pub use breaker::BreakerMetrics;
 pub use budget::*;
 pub use bulkhead::*;
 pub use chaos::*;
+pub(crate) use fallback::ToolChains;
 pub use fallback::{FallbackMetrics, TOOL_FALLBACK_EXHAUSTED_TOTAL, TOOL_FALLBACK_HANDOVERS_TOTAL};
 pub use hedge::*;
 pub use ratelimit::*;

@@ -27,7 +27,7 @@ use toolshield_provenance::ProvenanceLayer;
 
 use crate::collectors::{
     BreakerMetrics, BudgetMetrics, BulkheadMetrics, ChaosMetrics, FallbackMetrics, HedgeMetrics,
-    RateLimitMetrics,
+    RateLimitMetrics, ToolChains,
 };
 use toolshield_budget::{BudgetLayer, BudgetLedger};
 use toolshield_bulkhead::{BulkheadLayer, ConfiguredKey as BulkheadKeyOf};
@@ -86,6 +86,10 @@ struct Kept {
     /// shared by every later wrap of the same name: one bulkhead, one rate bucket, one
     /// latency window per tool, exported once.
     flows: Mutex<BTreeMap<String, Flow>>,
+    /// The fallback chains wrapped for each tool, exported as one set of series per tool
+    /// (one collector, whatever the number of wraps); a chain is held while a service
+    /// holds it.
+    fallbacks: Mutex<BTreeMap<String, Arc<ToolChains>>>,
     /// The breaker keys the metrics name (`key` label): the configured tools and every
     /// wrapped one, as the `tool` label does. Shared with every breaker collector.
     breaker_keys: Arc<RwLock<HashSet<String>>>,
@@ -236,6 +240,17 @@ impl fmt::Debug for Shield {
 /// The name of the breaker registry shared by every tool on the default breaker settings.
 pub const DEFAULT_REGISTRY: &str = "default";
 
+/// The name of the registry of a tool with breaker settings of its own: the tool's name,
+/// except for a tool named [`DEFAULT_REGISTRY`], whose registry is `{default}` (braces
+/// are never part of a tool name, so no tool's registry is another's or the shared one).
+fn own_registry_name(tool: &str) -> String {
+    if tool == DEFAULT_REGISTRY {
+        format!("{{{tool}}}")
+    } else {
+        tool.to_owned()
+    }
+}
+
 /// A generation of policies built from a configuration, not yet published.
 struct Built {
     policies: Policies,
@@ -377,12 +392,12 @@ fn build_policies(
             {
                 (DEFAULT_REGISTRY.to_owned(), default_registry.clone())
             }
-            None => match registries.get(name) {
-                Some(r) => (name.clone(), r.clone()),
+            None => match registries.get(&own_registry_name(name)) {
+                Some(r) => (own_registry_name(name), r.clone()),
                 None => match BreakerRegistry::new(tool.breaker.clone()) {
                     Ok(r) => {
-                        new_registries.insert(name.clone(), r.clone());
-                        (name.clone(), r)
+                        new_registries.insert(own_registry_name(name), r.clone());
+                        (own_registry_name(name), r)
                     }
                     Err(e) => {
                         p.extend(&format!("{path}.breaker"), Err(e));
@@ -467,6 +482,7 @@ impl Shield {
             reload: Mutex::new(()),
             ledger: BudgetLedger::from_config(&config.runs).map_err(|e| e.prefixed("runs"))?,
             flows: Mutex::new(BTreeMap::new()),
+            fallbacks: Mutex::new(BTreeMap::new()),
             breaker_keys: Arc::new(RwLock::new(config.tools.keys().cloned().collect())),
         };
         // Metrics go to the process's global `metrics` recorder until `with_metrics`
@@ -505,11 +521,24 @@ impl Shield {
             self.kept.ledger.clone(),
             exporter.target(),
         ));
-        // Tools wrapped before the exporter was attached.
-        for (tool, flow) in lock(&self.kept.flows).iter() {
-            flow.export(tool, exporter);
+        {
+            // Tools wrapped before the exporter was attached. The exporter is set while
+            // the tables are locked: a tool wrapped meanwhile is exported here or by its
+            // wrap, never by neither.
+            let flows = lock(&self.kept.flows);
+            let fallbacks = lock(&self.kept.fallbacks);
+            for (tool, flow) in flows.iter() {
+                flow.export(tool, exporter);
+            }
+            for (tool, chains) in fallbacks.iter() {
+                exporter.add_collector(FallbackMetrics::for_chains(
+                    tool,
+                    Arc::clone(chains),
+                    exporter.target(),
+                ));
+            }
+            *write(&self.kept.exporter) = Some(exporter.clone());
         }
-        *write(&self.kept.exporter) = Some(exporter.clone());
         self.policies.publish(Policies {
             generation: 0,
             config: Arc::clone(&current.config),
@@ -619,7 +648,7 @@ impl Shield {
 
     /// The breaker registries: [`DEFAULT_REGISTRY`] shared by every tool on the default
     /// breaker settings, and one per tool with settings of its own (including those a
-    /// reload created).
+    /// reload created), named after the tool (`{default}` for a tool named `default`).
     pub fn breakers(&self) -> BTreeMap<String, BreakerRegistry> {
         read(&self.kept.breakers).clone()
     }
@@ -709,14 +738,8 @@ impl Shield {
         S: ToolService,
     {
         let flow = self.flow(tool);
-        if let Some(exporter) = read(&self.kept.exporter).as_ref() {
-            if let Some(chain) = &fallback {
-                exporter.add_collector(FallbackMetrics::new(
-                    tool,
-                    chain.stats(),
-                    exporter.target(),
-                ));
-            }
+        if let Some(chain) = &fallback {
+            self.track_fallback(tool, chain.stats());
         }
         let tool: Arc<str> = Arc::from(tool);
         let provenance = self.provenance.clone();
@@ -733,6 +756,26 @@ impl Shield {
                 service.clone(),
             )
         })
+    }
+
+    /// Adds a chain wrapped for `tool` to the tool's set: one collector per tool,
+    /// registered with the set, reads every chain of every wrap of it.
+    fn track_fallback(&self, tool: &str, stats: Arc<toolshield_fallback::FallbackStats>) {
+        let mut fallbacks = lock(&self.kept.fallbacks);
+        if let Some(chains) = fallbacks.get(tool) {
+            chains.add(stats);
+            return;
+        }
+        let chains = Arc::new(ToolChains::default());
+        chains.add(stats);
+        if let Some(exporter) = read(&self.kept.exporter).as_ref() {
+            exporter.add_collector(FallbackMetrics::for_chains(
+                tool,
+                Arc::clone(&chains),
+                exporter.target(),
+            ));
+        }
+        fallbacks.insert(tool.to_owned(), chains);
     }
 
     /// The flow-control layers of `tool`: built (and exported) at its first wrap, the

@@ -96,3 +96,64 @@ async fn a_server_route_keeps_a_breaker_per_tool_and_none_under_the_server_name(
         "no call is keyed by the server's own name"
     );
 }
+
+/// A tool named like the shared registry (`default`) gets the breaker settings of its
+/// own section, in a registry of its own, at start and when a reload adds it; the
+/// shared registry keeps the defaults.
+#[tokio::test]
+async fn a_tool_named_like_the_default_registry_gets_its_own_breaker_settings() {
+    let toml = r#"
+        [defaults]
+        retry = { max_attempts = 1 }
+        breaker = { consecutive_failures = 50 }
+        [tools.default]
+        breaker = { consecutive_failures = 1 }
+    "#;
+    let config = ShieldConfig::from_toml_str(toml).expect("valid");
+    let own = config.tools["default"].breaker.clone();
+    let defaults = config.defaults.breaker.clone();
+    let failing = service_fn(|_req: ToolRequest| async {
+        Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
+    });
+
+    let shield = Shield::from_config(config).expect("shield");
+    assert_eq!(shield.breaker_for("default").config(), &own);
+    assert_eq!(shield.breaker_for("weather").config(), &defaults);
+    assert_eq!(
+        shield.breakers()[toolshield::shield::DEFAULT_REGISTRY].config(),
+        &defaults,
+        "the shared registry keeps the defaults"
+    );
+    let router = shield
+        .router()
+        .tool("default", failing)
+        .build()
+        .expect("valid");
+    let first = router
+        .clone()
+        .oneshot(ToolRequest::new("default", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(first.kind(), ErrorKind::UpstreamUnavailable);
+    let second = router
+        .oneshot(ToolRequest::new("default", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        second.kind(),
+        ErrorKind::CircuitOpen,
+        "one failure opens a breaker whose threshold is one"
+    );
+
+    // Added by a reload.
+    let shield = Shield::from_config(ShieldConfig::default()).expect("shield");
+    let summary = shield
+        .reload(ShieldConfig::from_toml_str(toml).expect("valid"))
+        .expect("reload");
+    assert_eq!(shield.breaker_for("default").config(), &own);
+    assert!(
+        !summary.breaker_settings_kept.iter().any(|s| s == "default"),
+        "{summary:?}"
+    );
+    assert_eq!(summary.new_registries.len(), 1, "{summary:?}");
+}
