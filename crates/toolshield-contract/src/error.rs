@@ -153,7 +153,12 @@ impl ErrorKind {
     }
 
     /// The short sentence a language model reads about a failed call of `tool`.
+    ///
+    /// The tool name may come from a remote server: it is shown on one line (control
+    /// characters and line separators become spaces) and cut to [`MAX_TOOL_NAME_SHOWN`]
+    /// bytes.
     pub fn for_model(self, tool: &str) -> String {
+        let tool = &*printable(tool, MAX_TOOL_NAME_SHOWN);
         match self {
             ErrorKind::Timeout => format!("The tool `{tool}` took too long to answer. Try again later, or continue without it."),
             ErrorKind::RateLimited => format!("The tool `{tool}` is rate limited. Wait before calling it again."),
@@ -174,6 +179,55 @@ impl ErrorKind {
             ErrorKind::BudgetExhausted => format!("The call budget for `{tool}` in this run is used up. Do not call `{tool}` again; answer with the information you already have."),
         }
     }
+}
+
+/// At most this many bytes of a tool's name are shown in a [`ErrorKind::for_model`] text.
+pub const MAX_TOOL_NAME_SHOWN: usize = 128;
+
+/// Whether `c` would break a text out of its line or hide what follows: a control
+/// character (newlines, escapes, NUL) or a Unicode line or paragraph separator.
+fn breaks_a_line(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
+}
+
+/// `text` on one line and at most `max` bytes, for a model or a log to read: every
+/// control character and line separator becomes a space, and a longer text is cut at a
+/// character boundary and ends with `…` (within the `max` bytes). Borrowed when `text`
+/// needs neither.
+///
+/// ```
+/// use toolshield_contract::printable;
+///
+/// assert_eq!(printable("plain", 64), "plain");
+/// assert_eq!(printable("two\nlines\u{1b}[0m", 64), "two lines [0m");
+/// let long = "x".repeat(100);
+/// let cut = printable(&long, 10);
+/// assert!(cut.len() <= 10 && cut.ends_with('…'));
+/// ```
+pub fn printable(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max && !text.chars().any(breaks_a_line) {
+        return Cow::Borrowed(text);
+    }
+    const ELLIPSIS: char = '…';
+    let budget = if text.len() > max {
+        max.saturating_sub(ELLIPSIS.len_utf8())
+    } else {
+        max
+    };
+    let mut out = String::with_capacity(budget.min(text.len()) + ELLIPSIS.len_utf8());
+    let mut cut = false;
+    for c in text.chars() {
+        let c = if breaks_a_line(c) { ' ' } else { c };
+        if out.len() + c.len_utf8() > budget {
+            cut = true;
+            break;
+        }
+        out.push(c);
+    }
+    if cut && max >= ELLIPSIS.len_utf8() {
+        out.push(ELLIPSIS);
+    }
+    Cow::Owned(out)
 }
 
 impl fmt::Display for ErrorKind {
@@ -390,6 +444,7 @@ impl ToolError {
     pub fn for_model(&self, tool: &str) -> String {
         match (self.kind, self.retry_after()) {
             (ErrorKind::RateLimited, Some(wait)) => {
+                let tool = &*printable(tool, MAX_TOOL_NAME_SHOWN);
                 // Rounded up: told "6" after a 6.5 s wait, the model would come back early
                 // and be refused again.
                 let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);

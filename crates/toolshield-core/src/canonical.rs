@@ -291,15 +291,52 @@ fn utf16_cmp(a: &str, b: &str) -> Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
+/// How deeply arrays and objects may nest in a value that is given a canonical form.
+///
+/// The writer recurses once per level, so a value built in code (serde_json's parser
+/// stops at 128 levels; a `Value` made by hand has no limit) could otherwise exhaust the
+/// stack of the thread that hashes it. Deeper values are `INVALID_INPUT`.
+pub const MAX_DEPTH: usize = 512;
+
+/// Why a value has no canonical form here.
+#[derive(Debug, Clone, Copy)]
+enum NoCanonicalForm {
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// A number that is not a finite double (only with serde_json's
+    /// `arbitrary_precision`, where `1e400` is a `Number`).
+    NotFinite,
+}
+
+impl NoCanonicalForm {
+    fn into_error(self) -> ToolError {
+        match self {
+            NoCanonicalForm::TooDeep => ToolError::invalid_input(
+                "payload nests arrays and objects too deeply for a canonical form",
+            ),
+            NoCanonicalForm::NotFinite => ToolError::invalid_input(
+                "payload holds a number outside the range of a double: it has no canonical form",
+            ),
+        }
+    }
+}
+
 /// Writes `value` in RFC 8785 form: object members sorted by UTF-16 code units, no
 /// whitespace, numbers as ECMAScript writes doubles, strings with the minimal escapes of
-/// `JSON.stringify`.
-fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
+/// `JSON.stringify`. `depth` is how many arrays and objects enclose `value`.
+fn write_canonical<S: Sink>(
+    value: &Value,
+    out: &mut S,
+    depth: usize,
+) -> Result<(), NoCanonicalForm> {
+    if depth >= MAX_DEPTH && matches!(value, Value::Array(_) | Value::Object(_)) {
+        return Err(NoCanonicalForm::TooDeep);
+    }
     match value {
         Value::Null => out.put(b"null"),
         Value::Bool(true) => out.put(b"true"),
         Value::Bool(false) => out.put(b"false"),
-        Value::Number(n) => write_number(n, out),
+        Value::Number(n) => write_number(n, out)?,
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
             out.put_byte(b'[');
@@ -307,27 +344,32 @@ fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
                 if i > 0 {
                     out.put_byte(b',');
                 }
-                write_canonical(item, out);
+                write_canonical(item, out, depth + 1)?;
             }
             out.put_byte(b']');
         }
         Value::Object(map) => {
             out.put_byte(b'{');
             if keys_in_utf16_order(map) {
-                write_members(map.iter(), out);
+                write_members(map.iter(), out, depth)?;
             } else {
                 let mut entries: Vec<(&String, &Value)> = map.iter().collect();
                 entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
-                write_members(entries.into_iter(), out);
+                write_members(entries.into_iter(), out, depth)?;
             }
             out.put_byte(b'}');
         }
     }
+    Ok(())
 }
 
 /// Writes an object's members in the order given, `key:value` separated by commas.
 #[inline]
-fn write_members<'a, S: Sink>(members: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut S) {
+fn write_members<'a, S: Sink>(
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut S,
+    depth: usize,
+) -> Result<(), NoCanonicalForm> {
     let mut first = true;
     for (k, v) in members {
         if !first {
@@ -335,8 +377,9 @@ fn write_members<'a, S: Sink>(members: impl Iterator<Item = (&'a String, &'a Val
         }
         first = false;
         write_str(k, true, out);
-        write_canonical(v, out);
+        write_canonical(v, out, depth + 1)?;
     }
+    Ok(())
 }
 
 /// Whether iterating `map` gives its keys in UTF-16 order (RFC 8785 §3.2.3).
@@ -410,16 +453,18 @@ fn write_integer<S: Sink>(negative: bool, mut magnitude: u64, out: &mut S) {
     out.put(&buf[at..]);
 }
 
-fn write_number<S: Sink>(n: &serde_json::Number, out: &mut S) {
+fn write_number<S: Sink>(n: &serde_json::Number, out: &mut S) -> Result<(), NoCanonicalForm> {
     // The common case, an integer a double holds exactly: its digits (0 and -0 alike
     // are "0", and serde_json has no integer -0).
     if let Some(u) = n.as_u64() {
         if u <= EXACT_INTEGER {
-            return write_integer(false, u, out);
+            write_integer(false, u, out);
+            return Ok(());
         }
     } else if let Some(i) = n.as_i64() {
         if i.unsigned_abs() <= EXACT_INTEGER {
-            return write_integer(i < 0, i.unsigned_abs(), out);
+            write_integer(i < 0, i.unsigned_abs(), out);
+            return Ok(());
         }
     }
     // I-JSON numbers are IEEE doubles: integers beyond 2^53 lose precision exactly as
@@ -429,15 +474,21 @@ fn write_number<S: Sink>(n: &serde_json::Number, out: &mut S) {
     } else if let Some(u) = n.as_u64() {
         u as f64
     } else {
-        n.as_f64().unwrap_or(0.0)
+        // Only a number beyond a double's range has no `f64` (serde_json's
+        // `arbitrary_precision`): it must not be written as something else, such as 0.
+        match n.as_f64() {
+            Some(f) if f.is_finite() => f,
+            _ => return Err(NoCanonicalForm::NotFinite),
+        }
     };
     if f == 0.0 {
         // both 0 and -0 are written "0"
         out.put_byte(b'0');
-        return;
+        return Ok(());
     }
     let mut buf = ryu_js::Buffer::new();
     out.put(buf.format_finite(f).as_bytes());
+    Ok(())
 }
 
 const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
@@ -568,19 +619,22 @@ fn write_escaped<S: Sink>(bytes: &[u8], out: &mut S) {
 
 /// The RFC 8785 canonical form of a JSON value.
 ///
-/// Every `serde_json::Value` has a canonical form, so this cannot fail; the `Result` is
-/// kept so a future value type that can hold non-finite numbers fits the same signature.
+/// `INVALID_INPUT` for a value nested deeper than [`MAX_DEPTH`], or holding a number
+/// that is not a finite double (possible only with serde_json's `arbitrary_precision`);
+/// the message names no value.
 pub fn canonical_json(value: &Value) -> Result<String, ToolError> {
     let mut buf = Vec::with_capacity(128);
-    write_canonical(value, &mut buf);
+    write_canonical(value, &mut buf, 0).map_err(NoCanonicalForm::into_error)?;
     String::from_utf8(buf).map_err(|e| ToolError::from_source(ErrorKind::Internal, e))
 }
 
 /// SHA-256 of the canonical JSON of `value`, streamed into the hasher through a small
 /// stack buffer (never the whole canonical text).
+///
+/// Fails as [`canonical_json`] does, with `INVALID_INPUT`.
 pub fn payload_digest(value: &Value) -> Result<Digest, ToolError> {
     let mut hasher = BufferedHasher::new();
-    write_canonical(value, &mut hasher);
+    write_canonical(value, &mut hasher, 0).map_err(NoCanonicalForm::into_error)?;
     Ok(hasher.finish())
 }
 

@@ -21,12 +21,18 @@ pub enum ToolStatus {
     Cancelled,
 }
 
+/// At most this many bytes of an error's message reach a [`ToolResult`]: a message may
+/// come from the tool (or a remote server behind it), so the envelope gets it on one line,
+/// control characters and line separators turned into spaces, and cut with `…` past this
+/// length.
+pub const MAX_ENVELOPE_MESSAGE: usize = 512;
+
 /// The error part of a [`ToolResult`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolResultError {
     /// The stable code (`RATE_LIMITED`, ...).
     pub code: String,
-    /// The message.
+    /// The message, on one line and at most [`MAX_ENVELOPE_MESSAGE`] bytes.
     pub message: String,
     /// Whether calling again may succeed.
     pub retriable: bool,
@@ -106,7 +112,7 @@ impl From<ToolError> for ToolResult {
             data: None,
             error: Some(ToolResultError {
                 code: err.code().to_owned(),
-                message: err.message().to_owned(),
+                message: crate::printable(err.message(), MAX_ENVELOPE_MESSAGE).into_owned(),
                 retriable: err.is_retriable(),
             }),
             duration_ms: duration_ms.unwrap_or(0),

@@ -17,7 +17,7 @@ pub use toolshield_contract::*;
 pub use toolshield_contract::{config, hash, http_impls, panic, time};
 
 pub use canonical::{cache_key, payload_digest, Digest, DigestHex};
-pub use envelope::{ToolResult, ToolResultError, ToolStatus};
+pub use envelope::{ToolResult, ToolResultError, ToolStatus, MAX_ENVELOPE_MESSAGE};
 pub use request::{RequestMeta, SharedPayload, ToolRequest};
 pub use response::{utc_at, Provenance, ProvenanceBox, ToolResponse};
 pub use service::ToolService;

@@ -78,8 +78,14 @@ impl PartialEq for SharedPayload {
 }
 
 impl fmt::Debug for SharedPayload {
+    // The value is deliberately left out, as from `ToolRequest`'s: payload values must
+    // never reach logs. The digest, once computed, tells payloads apart.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("SharedPayload").field(&self.0.value).finish()
+        let mut d = f.debug_struct("SharedPayload");
+        if let Some(Ok(digest)) = self.0.digest.get() {
+            d.field("digest", digest);
+        }
+        d.finish_non_exhaustive()
     }
 }
 
