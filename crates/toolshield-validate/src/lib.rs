@@ -26,6 +26,47 @@ const MAX_LISTED: usize = 5;
 /// before handing out the first.
 const MAX_NODES_FOR_ALL_ERRORS: usize = 10_000;
 
+/// How deeply arrays and objects may nest in a schema or a payload: the depth
+/// serde_json's parser allows. Compiling and validating recurse once per level, so a
+/// deeper value (built in code; a parsed one cannot be) could exhaust the stack.
+pub const MAX_DEPTH: usize = 128;
+
+/// The most backtracking steps one `pattern` may take on one string. A schema may come
+/// from a remote server: a pattern with lookaround or backreferences (the only ones the
+/// backtracking engine runs; the others run in linear time) that backtracks
+/// catastrophically fails that string after this many steps instead of holding the call.
+const BACKTRACK_LIMIT: usize = 10_000;
+
+/// Whether arrays and objects nest in `value` deeper than `levels` (recursing at most
+/// that many levels, with no allocation).
+fn deeper_than(value: &Value, levels: usize) -> bool {
+    let rest = match value {
+        Value::Array(_) | Value::Object(_) => match levels.checked_sub(1) {
+            Some(rest) => rest,
+            None => return true,
+        },
+        _ => return false,
+    };
+    match value {
+        Value::Array(items) => items.iter().any(|child| deeper_than(child, rest)),
+        Value::Object(map) => map.values().any(|child| deeper_than(child, rest)),
+        _ => false,
+    }
+}
+
+/// Drops `value` level by level: dropping a `Value` recurses once per level, which a
+/// value too deep to check must not do either.
+fn drop_flat(value: Value) {
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+}
+
 /// A compiled schema and the property names it declares (shown unmasked in paths).
 struct Compiled {
     validator: Validator,
@@ -48,8 +89,22 @@ impl Schema {
     /// Compiles `schema`. A schema that does not compile is a [`ConfigError`] saying
     /// where in the schema the problem is (its problem has an empty field: prefix it
     /// with where the schema came from, as the facade does with `tools.NAME.schema`).
+    ///
+    /// The schema may come from an untrusted server: no `$ref` is ever fetched (a remote
+    /// one is a `ConfigError`), one nested deeper than [`MAX_DEPTH`] is refused, and a
+    /// `pattern` is cut short when it backtracks catastrophically.
     pub fn new(schema: Value) -> Result<Schema, ConfigError> {
-        match jsonschema::validator_for(&schema) {
+        if deeper_than(&schema, MAX_DEPTH) {
+            drop_flat(schema);
+            return Err(ConfigError::single(
+                "",
+                format_args!("invalid schema: nested deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        let options = jsonschema::options().with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex().backtrack_limit(BACKTRACK_LIMIT),
+        );
+        match options.build(&schema) {
             Ok(validator) => {
                 let mut names = HashSet::default();
                 declared_names(&schema, &mut names);
@@ -72,8 +127,14 @@ impl Schema {
     /// Checks `payload`, the arguments of a call of `tool` (named in the message).
     ///
     /// `Ok` when it is valid; otherwise `INVALID_INPUT` listing what failed, without the
-    /// payload's values.
+    /// payload's values. A payload nested deeper than [`MAX_DEPTH`] is `INVALID_INPUT`
+    /// without being checked.
     pub fn check(&self, tool: &str, payload: &Value) -> Result<(), ToolError> {
+        if deeper_than(payload, MAX_DEPTH) {
+            return Err(ToolError::invalid_input(format!(
+                "arguments for `{tool}` nest arrays and objects deeper than {MAX_DEPTH} levels"
+            )));
+        }
         let compiled = &*self.compiled;
         let validator = &compiled.validator;
         if validator.is_valid(payload) {
