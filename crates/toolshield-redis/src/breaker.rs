@@ -19,10 +19,19 @@ use crate::idempotency::millis;
 
 /// Records `key` open for ARGV[2] ms (on the server's clock) in the registry's hash and
 /// announces it. KEYS[1] = `breaker:{name}`; ARGV = key, wait ms, origin, channel.
+/// Fields whose open period has ended are deleted first: the hash holds only the keys
+/// open now, however long openings keep its TTL moving.
 const PUBLISH: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = tonumber(ARGV[2])
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local sep = string.find(all[i + 1], '|', 1, true)
+  if not sep or (tonumber(string.sub(all[i + 1], 1, sep - 1)) or 0) <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now + wait) .. '|' .. ARGV[3])
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < wait then redis.call('PEXPIRE', KEYS[1], wait) end

@@ -6,6 +6,8 @@ use toolshield_budget::{BudgetStore, Charge, Limit, StoreError, StoreFuture, Ver
 
 use crate::connection::{LuaScript, RedisConnection};
 use crate::error::Error;
+use toolshield_core::config::MAX_DURATION;
+
 use crate::idempotency::millis;
 
 /// Check-and-increment of one call, atomically: the tool's calls (field `t:<tool>`), the
@@ -13,6 +15,11 @@ use crate::idempotency::millis;
 /// cost, run call limit, run cost limit (-1: none), TTL in ms. Returns 0 when admitted,
 /// else the code of the limit that had no room (1 tool calls, 2 run calls, 3 run cost).
 /// The TTL is refreshed either way: a run that keeps calling stays known.
+///
+/// Every check comes before the first write, and no write can fail: the cost is added as
+/// the exact integer text it came as (a Lua number would reach Redis as `1e+19` above
+/// 2^53), and a total that would pass the largest integer Redis holds stays at that
+/// integer, so a script never stops half-way with some counters increased.
 const CHARGE: &str = r#"
 local v = redis.call('HMGET', KEYS[1], ARGV[1], '#calls', '#cost')
 local used = tonumber(v[1] or '0')
@@ -30,9 +37,15 @@ elseif max_calls >= 0 and calls >= max_calls then
 elseif max_cost >= 0 and spent + cost > max_cost then
   verdict = 3
 else
+  if cost > 0 then
+    if spent + cost >= 9223372036854700000 then
+      redis.call('HSET', KEYS[1], '#cost', '9223372036854775807')
+    else
+      redis.call('HINCRBY', KEYS[1], '#cost', ARGV[3])
+    end
+  end
   redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   redis.call('HINCRBY', KEYS[1], '#calls', 1)
-  if cost > 0 then redis.call('HINCRBY', KEYS[1], '#cost', cost) end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return verdict
@@ -123,7 +136,8 @@ impl RedisBudgetStore {
                     .arg(cost)
                     .arg(limit(c.run_max_calls))
                     .arg(limit(c.run_max_cost))
-                    .arg(millis(c.ttl));
+                    // Bounded: Redis refuses an expiry past its clock's range.
+                    .arg(millis(c.ttl.min(MAX_DURATION)));
             })
             .await?;
         match code {

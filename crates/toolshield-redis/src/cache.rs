@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use toolshield_cache::{CacheLookup, CacheStore, StoreError, StoreFuture};
+use toolshield_core::config::MAX_DURATION;
 use toolshield_core::ToolResponse;
 
 use crate::connection::{LuaScript, RedisConnection};
@@ -26,6 +27,8 @@ fn get_script() -> &'static LuaScript {
 /// ([`toolshield_cache::storage_key`]: `cache:{tool}:-:<digest>`, or
 /// `cache:{tool}:s<len>:<caller>:<digest>`, injective in tool and caller), with a `PX`
 /// TTL, shared by every process on the same Redis.
+///
+/// A TTL longer than [`MAX_DURATION`] is written as `MAX_DURATION`.
 ///
 /// `get` is one round trip (a Lua script returning the value and its `PTTL`), `put` one
 /// `SET key json PX ttl`, `remove` one `DEL`. Each is bounded by the connection's
@@ -89,7 +92,12 @@ impl RedisCacheStore {
         let json = serde_json::to_string(response)
             .map_err(|e| Error::new(format!("response does not encode: {e}")))?;
         let mut cmd = redis::cmd("SET");
-        cmd.arg(&*key).arg(json).arg("PX").arg(millis(ttl));
+        // Bounded: Redis refuses an expiry past its clock's range (a longer TTL would
+        // leave the entry unwritten).
+        cmd.arg(&*key)
+            .arg(json)
+            .arg("PX")
+            .arg(millis(ttl.min(MAX_DURATION)));
         let _: () = self.conn.query("cache put", &cmd).await?;
         Ok(())
     }

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use toolshield_core::config::MAX_DURATION;
 use toolshield_ratelimit::{Decision, RateLimit, RateLimitStore, Turn};
 use toolshield_ratelimit::{StoreError, StoreFuture};
 
@@ -164,7 +165,14 @@ impl RedisRateLimitStore {
         let storage = self.storage_key(key);
         let full = self.conn.key(&storage);
         let interval = micros_up(limit.interval());
-        let tolerance = interval.saturating_mul(u64::from(limit.burst() - 1));
+        // Bounded by `MAX_DURATION` as the limit's own tolerance is, so a shared limit
+        // admits the same burst as a local one; and a bounded wait, so the key's time
+        // stays within `tolerance + max_wait + interval` of now: exact in a Lua number,
+        // and a valid `PX`.
+        let tolerance = interval
+            .saturating_mul(u64::from(limit.burst().saturating_sub(1)))
+            .min(micros_down(MAX_DURATION));
+        let max_wait = max_wait.min(MAX_DURATION);
         let (admitted, wait, tat): (i64, i64, i64) = self
             .conn
             .eval("rate limit", &scripts().acquire, |c| {
