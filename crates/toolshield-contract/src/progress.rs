@@ -42,8 +42,9 @@ use crate::time;
 use tokio::time::Instant;
 
 /// The longest message kept for provenance, in bytes; a longer one is cut at a character
-/// boundary (the callback still sees it whole). A remote server chooses the message: it
-/// must not grow what a response carries.
+/// boundary and ends with `…`, and control characters and line separators become spaces
+/// (the callback still sees it whole). A remote server chooses the message: it must not
+/// grow what a response carries, nor break out of its line where a model reads it.
 pub const MAX_PROGRESS_MESSAGE: usize = 256;
 
 /// One progress report, as the caller's callback sees it.
@@ -177,7 +178,8 @@ impl Progress {
             .fetch_add(1, Ordering::AcqRel)
             .saturating_add(1);
         if let Some(message) = message {
-            let kept: Arc<str> = Arc::from(truncate(message, MAX_PROGRESS_MESSAGE));
+            // Kept for the response's provenance, which a model reads: on one line.
+            let kept: Arc<str> = Arc::from(crate::printable(message, MAX_PROGRESS_MESSAGE));
             *sink
                 .last_message
                 .lock()
@@ -283,28 +285,23 @@ impl fmt::Debug for Progress {
 }
 
 /// `s` cut to at most `max` bytes, at a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn long_messages_are_cut_at_a_character_boundary() {
-        let long = "é".repeat(200); // 400 bytes
-        let cut = truncate(&long, MAX_PROGRESS_MESSAGE);
-        assert!(cut.len() <= MAX_PROGRESS_MESSAGE);
-        assert_eq!(cut.chars().count(), 128);
-        assert_eq!(truncate("short", MAX_PROGRESS_MESSAGE), "short");
+    fn a_kept_message_is_on_one_line_and_cut_at_a_character_boundary() {
+        let p = Progress::new().on_progress(|_| {});
+        // A tool (or the MCP server behind it) chooses the text; the model reads it.
+        let hostile = format!("step 1\n\u{1b}[2J{}", "é".repeat(200));
+        p.report(None::<f64>, None::<f64>, Some(&hostile));
+        let kept = p.last_message().expect("kept");
+        assert!(kept.len() <= MAX_PROGRESS_MESSAGE, "{}", kept.len());
+        assert!(!kept.chars().any(char::is_control), "{kept:?}");
+        assert!(kept.starts_with("step 1  [2J"), "{kept:?}");
+        assert!(kept.ends_with('…'));
+        p.report(None::<f64>, None::<f64>, Some("short"));
+        assert_eq!(p.last_message().as_deref(), Some("short"));
     }
 
     #[test]
