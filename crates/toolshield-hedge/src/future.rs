@@ -39,8 +39,10 @@ struct Hedging<S, Req>
 where
     S: Service<Req>,
 {
-    /// The service hedges are sent to; dropped once hedging is closed, so a readiness it
-    /// reserved (a permit of a concurrency limit) is given back at once.
+    /// The service hedges are sent to; `None` once hedging is closed (the maximum is
+    /// reached, the budget refused, the call is cancelled or past its deadline, an attempt
+    /// was refused by a limit inside, or the service failed): dropped then, so a readiness
+    /// it reserved (a permit of a concurrency limit) is given back at once.
     svc: Option<S>,
     req: Req,
     shared: Arc<Shared>,
@@ -55,10 +57,6 @@ where
     sent: u32,
     /// The next hedge goes as soon as the service is ready (timer fired, or a failure).
     due: bool,
-    /// No more hedges: the maximum is reached, the budget refused, the call is cancelled
-    /// or past its deadline, an attempt was refused by a limit inside, or the service
-    /// failed.
-    closed: bool,
     last_failure: Option<Result<S::Response, ToolError>>,
 }
 
@@ -145,7 +143,6 @@ where
                 hedges: Vec::new(),
                 sent: 1,
                 due: false,
-                closed: false,
                 last_failure: None,
             }),
         }
@@ -237,9 +234,13 @@ where
         }
     }
 
+    /// Whether hedging is closed: no more hedges.
+    fn closed(&self) -> bool {
+        self.svc.is_none()
+    }
+
     /// No more hedges: the service is dropped with whatever its readiness holds.
     fn close(&mut self) -> Launch {
-        self.closed = true;
         self.svc = None;
         Launch::Closed
     }
@@ -317,7 +318,7 @@ where
                 }
             }
 
-            if self.due && !self.closed {
+            if self.due && !self.closed() {
                 match self.launch(cx) {
                     Launch::Sent => {
                         // The next timer runs from this hedge.
@@ -328,7 +329,7 @@ where
                 }
             }
 
-            if !self.due && !self.closed {
+            if !self.due && !self.closed() {
                 if timer.is_none() {
                     timer.set(Some(sleep_until(deadline_after(
                         self.last_sent,
@@ -345,7 +346,7 @@ where
             }
 
             let in_flight = first.is_some() || !self.hedges.is_empty();
-            if !in_flight && (self.closed || !self.due) {
+            if !in_flight && (self.closed() || !self.due) {
                 return Poll::Ready(self.last_failure.take().unwrap_or_else(|| {
                     Err(ToolError::internal("hedged call ended without a result"))
                 }));
