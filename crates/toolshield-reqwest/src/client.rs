@@ -234,7 +234,7 @@ fn body_error(kind: CallKind, error: BoxError, limit: usize) -> ToolError {
 
 /// Leaves the response's `Retry-After` (delta seconds or HTTP date, the latter measured
 /// from now; the longest when there are several) as a [`RetryAfter`] extension: core reads
-/// only the delta form itself, and only the first value.
+/// only the delta form itself.
 fn note_retry_after(response: &mut http::Response<Bytes>) {
     if let Some(wait) = retry_after_from_headers(response.headers(), SystemTime::now()) {
         response.extensions_mut().insert(RetryAfter(wait));
