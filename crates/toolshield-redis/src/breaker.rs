@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use toolshield_breaker::{BreakerRegistry, CircuitState, SharedOpenState};
+use toolshield_breaker::{BreakerRegistry, CircuitState, SharedOpenState, TransitionReason};
 use toolshield_core::config::{deadline_after, MAX_DURATION};
 
 use crate::connection::{LuaScript, RedisConnection};
@@ -39,6 +39,18 @@ redis.call('PUBLISH', ARGV[4], ARGV[3] .. '\n' .. wait .. '\n' .. ARGV[1])
 return 1
 "#;
 
+/// Deletes `key`'s opening from the registry's hash and announces that an operator reset
+/// it. KEYS[1] = `breaker:{name}`; ARGV = key, origin, channel.
+const CLEAR: &str = r#"
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[2] .. '\n' .. 'reset' .. '\n' .. ARGV[1])
+return 1
+"#;
+
+/// The middle line of a message announcing a manual reset (an opening's is its wait in
+/// milliseconds).
+const RESET: &str = "reset";
+
 /// Every key still open, with its time left (server clock) and who opened it:
 /// `[key, ms, origin, ...]`. Expired fields are deleted on the way.
 const SNAPSHOT: &str = r#"
@@ -62,6 +74,7 @@ return out
 
 struct Scripts {
     publish: LuaScript,
+    clear: LuaScript,
     snapshot: LuaScript,
 }
 
@@ -69,6 +82,7 @@ fn scripts() -> &'static Scripts {
     static S: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     S.get_or_init(|| Scripts {
         publish: LuaScript::new(PUBLISH),
+        clear: LuaScript::new(CLEAR),
         snapshot: LuaScript::new(SNAPSHOT),
     })
 }
@@ -93,6 +107,40 @@ impl OpenElsewhere {
             *slot = until;
         }
         self.live.store(map.len(), Ordering::Release);
+    }
+}
+
+impl OpenElsewhere {
+    /// Forgets what other processes said of `key`.
+    fn clear(&self, key: &str) {
+        if self.live.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut map = self.until.write().unwrap_or_else(|e| e.into_inner());
+        map.remove(key);
+        self.live.store(map.len(), Ordering::Release);
+    }
+}
+
+thread_local! {
+    /// Set while this thread applies a reset announced by another process, so the reset
+    /// event it raises is not announced again.
+    static APPLYING_REMOTE_RESET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Resets `key` in `registry` because another process's operator reset it: only a
+/// breaker this process tripped (open or half-open) is reset; a closed breaker has
+/// nothing to reset and an override set here stays.
+fn apply_remote_reset(registry: &BreakerRegistry, local: &OpenElsewhere, key: &str) {
+    local.clear(key);
+    let tripped = matches!(
+        registry.state(key),
+        CircuitState::Open | CircuitState::HalfOpen
+    );
+    if tripped {
+        APPLYING_REMOTE_RESET.with(|f| f.set(true));
+        registry.reset(key);
+        APPLYING_REMOTE_RESET.with(|f| f.set(false));
     }
 }
 
@@ -125,6 +173,12 @@ impl SharedOpenState for OpenElsewhere {
 ///   rejects with `CIRCUIT_OPEN` until the remote open period ends. Its local counts and
 ///   state are untouched: the local breaker keeps judging only what it sees. **No Redis
 ///   round trip on the call path.**
+/// - A manual [`reset`](BreakerRegistry::reset) (or `reset_all`, or the admin API's
+///   reset) reaches every process: this process forgets at once what others said of the
+///   key, the key's opening is deleted from the hash, and every other process forgets it
+///   too and resets its own breaker of the key if that breaker is open or half-open. An
+///   override set in another process (forced open or closed, metrics-only) stays; the
+///   other overrides are local to the process they are set in.
 ///
 /// Times travel as durations measured on the Redis server's clock, so machines' clocks
 /// need not agree. The open period a process applies is the remaining wait when the
@@ -194,6 +248,7 @@ impl SharedBreakerState {
         let (ready_tx, ready_rx) = oneshot::channel();
         let subscriber = tokio::spawn(subscribe_loop(
             conn.clone(),
+            registry.clone(),
             hash.clone(),
             channel.clone(),
             origin.clone(),
@@ -213,10 +268,17 @@ impl SharedBreakerState {
             subscriber.abort();
             return Err(Error::new("the registry already shares its open-state"));
         }
-        let (tx, rx) = mpsc::unbounded_channel::<Arc<str>>();
+        let (tx, rx) = mpsc::unbounded_channel::<Announce>();
+        let on_reset = Arc::clone(&local);
         registry.on_event(move |ev| {
             if ev.to == CircuitState::Open && !ev.shadow && !ev.reason.is_manual() {
-                let _ = tx.send(Arc::clone(&ev.key));
+                let _ = tx.send(Announce::Opened(Arc::clone(&ev.key)));
+            } else if ev.reason == TransitionReason::Reset {
+                // This process admits at once; the others when the announcement arrives.
+                on_reset.clear(&ev.key);
+                if !APPLYING_REMOTE_RESET.with(std::cell::Cell::get) {
+                    let _ = tx.send(Announce::Reset(Arc::clone(&ev.key)));
+                }
             }
         });
         let publisher = tokio::spawn(publish_loop(
@@ -245,15 +307,37 @@ impl SharedBreakerState {
     }
 }
 
+/// What this process announces to the others.
+enum Announce {
+    /// A breaker of this process opened.
+    Opened(Arc<str>),
+    /// An operator reset a breaker of this process.
+    Reset(Arc<str>),
+}
+
 async fn publish_loop(
     conn: RedisConnection,
     registry: BreakerRegistry,
-    mut rx: mpsc::UnboundedReceiver<Arc<str>>,
+    mut rx: mpsc::UnboundedReceiver<Announce>,
     hash: String,
     channel: String,
     origin: String,
 ) {
-    while let Some(key) = rx.recv().await {
+    while let Some(announce) = rx.recv().await {
+        let key = match announce {
+            Announce::Opened(key) => key,
+            Announce::Reset(key) => {
+                let r: Result<i64, Error> = conn
+                    .eval("breaker reset", &scripts().clear, |c| {
+                        c.arg(1).arg(&hash).arg(&*key).arg(&origin).arg(&channel);
+                    })
+                    .await;
+                if let Err(e) = r {
+                    tracing::warn!(key = %key, error = %e, "breaker: could not share a reset");
+                }
+                continue;
+            }
+        };
         let Some(wait) = registry.status(&key).and_then(|s| s.time_until_half_open) else {
             continue;
         };
@@ -280,6 +364,7 @@ async fn publish_loop(
 
 async fn subscribe_loop(
     conn: RedisConnection,
+    registry: BreakerRegistry,
     hash: String,
     channel: String,
     origin: String,
@@ -293,7 +378,15 @@ async fn subscribe_loop(
         // On a cluster, each attempt tries the next seed node.
         let url = conn.subscription_url(attempt);
         attempt = attempt.wrapping_add(1);
-        match subscribe_once(&conn, url, &hash, &channel, &origin, &local, &mut ready).await {
+        let on = Subscription {
+            conn: &conn,
+            registry: &registry,
+            hash: &hash,
+            channel: &channel,
+            origin: &origin,
+            local: &local,
+        };
+        match subscribe_once(&on, url, &mut ready).await {
             Ok(()) => backoff = Duration::from_millis(50),
             Err(e) => {
                 tracing::warn!(error = %e, "breaker: shared open-state subscription lost; retrying");
@@ -306,15 +399,29 @@ async fn subscribe_loop(
 
 /// One subscription: subscribe, read the hash, then apply messages until the connection
 /// ends. `Ok` when it ended after having worked.
+/// What a subscription works on.
+struct Subscription<'a> {
+    conn: &'a RedisConnection,
+    registry: &'a BreakerRegistry,
+    hash: &'a str,
+    channel: &'a str,
+    origin: &'a str,
+    local: &'a OpenElsewhere,
+}
+
 async fn subscribe_once(
-    conn: &RedisConnection,
+    on: &Subscription<'_>,
     url: &str,
-    hash: &str,
-    channel: &str,
-    origin: &str,
-    local: &OpenElsewhere,
     ready: &mut Option<oneshot::Sender<()>>,
 ) -> Result<(), Error> {
+    let Subscription {
+        conn,
+        registry,
+        hash,
+        channel,
+        origin,
+        local,
+    } = *on;
     let within = conn.config().connect_timeout;
     let client = redis::Client::open(url).map_err(|e| Error::redis("breaker subscription", &e))?;
     let mut pubsub = match tokio::time::timeout(within, async {
@@ -355,6 +462,16 @@ async fn subscribe_once(
         let (Some(from), Some(ms), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
+        if ms == RESET {
+            if from == origin {
+                // This process's own reset, in the channel's order: an opening another
+                // process announced before it, and delivered since, is forgotten too.
+                local.clear(key);
+            } else {
+                apply_remote_reset(registry, local, key);
+            }
+            continue;
+        }
         if from == origin {
             continue;
         }

@@ -221,3 +221,79 @@ async fn the_hook_rejects_only_closed_breakers_in_normal_mode() {
     svc.clone().oneshot(x()).await.unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
+
+/// An operator's reset in one process reaches the others: the process that reset admits
+/// at once, a process whose own breaker tripped is reset too (without announcing it
+/// again), an override set elsewhere stays, and a process starting later finds nothing
+/// open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_reset_reaches_every_process() {
+    let Some(redis) = test_redis("a_manual_reset_reaches_every_process") else {
+        return;
+    };
+    let prefix = prefix();
+    // An open period far longer than the test: only the reset can end it.
+    let long = || {
+        BreakerRegistry::new(BreakerConfig {
+            consecutive_failures: 3,
+            open_wait: Duration::from_secs(120),
+            ..BreakerConfig::default()
+        })
+        .unwrap()
+    };
+    let url = redis.url();
+    let conn = || connect(&url, &prefix, Duration::from_secs(1));
+    let (reg_a, reg_b, reg_c) = (long(), long(), long());
+    let conn_a = conn().await;
+    let _shared_a = SharedBreakerState::attach(&reg_a, conn_a.clone(), "fleet")
+        .await
+        .unwrap();
+    let shared_b = SharedBreakerState::attach(&reg_b, conn().await, "fleet")
+        .await
+        .unwrap();
+    let _shared_c = SharedBreakerState::attach(&reg_c, conn().await, "fleet")
+        .await
+        .unwrap();
+    let a = stack(&reg_a, Arc::new(AtomicUsize::new(0)), true);
+    let calls_b = Arc::new(AtomicUsize::new(0));
+    let b = stack(&reg_b, Arc::clone(&calls_b), false);
+    for _ in 0..3 {
+        let _ = a.clone().oneshot(req()).await;
+    }
+    assert_eq!(reg_a.state("payments"), CircuitState::Open);
+    reg_c.force_open("payments");
+    until(Duration::from_secs(2), "propagation to B", || {
+        shared_b.open_elsewhere("payments").is_some()
+    })
+    .await;
+    let e = b.clone().oneshot(req()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CircuitOpen, "{e}");
+    let a_round_trips = conn_a.round_trips();
+
+    reg_b.reset("payments");
+    // B admits at once, without waiting for its announcement to come back.
+    b.clone().oneshot(req()).await.unwrap();
+    assert_eq!(calls_b.load(Ordering::SeqCst), 1);
+    until(Duration::from_secs(2), "the reset reaching A", || {
+        reg_a.state("payments") == CircuitState::Closed
+    })
+    .await;
+    assert_eq!(
+        reg_c.state("payments"),
+        CircuitState::ForcedOpen,
+        "an override elsewhere stays"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        conn_a.round_trips(),
+        a_round_trips,
+        "a reset applied from elsewhere is not announced again"
+    );
+    // The opening is gone from Redis: a process starting now finds nothing open.
+    let reg_d = long();
+    let shared_d = SharedBreakerState::attach(&reg_d, conn().await, "fleet")
+        .await
+        .unwrap();
+    assert!(shared_d.open_elsewhere("payments").is_none());
+    b.clone().oneshot(req()).await.unwrap();
+}
