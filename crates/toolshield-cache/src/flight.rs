@@ -10,11 +10,12 @@ use tokio::sync::Notify;
 use toolshield_core::hash::FastState;
 use toolshield_core::{ErrorKind, ToolError, ToolResponse};
 
-/// One flight: its key and the key's hash, the leader's result (set only when someone
-/// follows), whether the leader is done, and the followers' wake-up.
+/// One flight: its key and the key's hash, the leader's caller, the leader's result (set
+/// only when someone follows), whether the leader is done, and the followers' wake-up.
 struct Flight {
     key: Box<str>,
     hash: u64,
+    caller: Option<Arc<str>>,
     result: OnceLock<Result<ToolResponse, ToolError>>,
     ended: AtomicBool,
     done: Notify,
@@ -67,18 +68,21 @@ impl Flights {
         shard.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Joins the flight for `key` as a follower, or starts one (`Ok`, the new flight).
-    fn enter(&self, key: &str) -> Result<Arc<Flight>, Follower> {
+    /// Joins the flight for `key` as a follower, or starts one (`Ok`, the new flight), for
+    /// a call made by `caller`.
+    fn enter(&self, key: &str, caller: Option<&Arc<str>>) -> Result<Arc<Flight>, Follower> {
         let hash = self.hasher.hash_one(key);
         let mut map = self.lock(hash);
         if let Some(flight) = map.find(hash, |f| *f.key == *key) {
             return Err(Follower {
+                same_caller: flight.caller.as_deref() == caller.map(|c| &**c),
                 flight: Arc::clone(flight),
             });
         }
         let flight = Arc::new(Flight {
             key: Box::from(key),
             hash,
+            caller: caller.cloned(),
             result: OnceLock::new(),
             ended: AtomicBool::new(false),
             done: Notify::new(),
@@ -96,10 +100,10 @@ impl Flights {
     }
 }
 
-/// Joins the flight for `key` in the table `holder` leads to, or starts one; a leader
-/// keeps `holder`.
-pub(crate) fn join<R: FlightsRef>(holder: R, key: &str) -> Join<R> {
-    match holder.flights().enter(key) {
+/// Joins the flight for `key` in the table `holder` leads to, or starts one, for a call
+/// made by `caller`; a leader keeps `holder`.
+pub(crate) fn join<R: FlightsRef>(holder: R, key: &str, caller: Option<&Arc<str>>) -> Join<R> {
+    match holder.flights().enter(key, caller) {
         Ok(flight) => Join::Lead(Leader {
             flights: holder,
             flight: Some(flight),
@@ -111,22 +115,37 @@ pub(crate) fn join<R: FlightsRef>(holder: R, key: &str) -> Join<R> {
 /// A caller waiting for another caller's miss on the same key.
 pub(crate) struct Follower {
     flight: Arc<Flight>,
+    /// Whether the follower's caller is the leader's (both without one included).
+    same_caller: bool,
 }
 
 impl Follower {
     /// The leader's result, or `None` when the leader ended without one (its call was
-    /// dropped or cancelled): the caller looks again and may lead a new flight.
+    /// dropped or cancelled), or with a refusal that was its caller's own: the caller
+    /// looks again and may lead a new flight.
+    ///
+    /// `RATE_LIMITED` and `OVERLOADED` answered to another caller are that caller's own
+    /// when the rate limit or bulkhead inside is keyed by caller: a follower with a
+    /// quota or a compartment of its own does not inherit them.
     pub(crate) async fn wait(self) -> Option<Result<ToolResponse, ToolError>> {
         loop {
             // Registered before the check, so a leader ending in between still wakes us.
             let mut notified = pin!(self.flight.done.notified());
             notified.as_mut().enable();
             if self.flight.ended.load(Ordering::Acquire) {
-                return self.flight.result.get().cloned();
+                return match self.flight.result.get() {
+                    Some(Err(e)) if !self.same_caller && callers_own(e.kind()) => None,
+                    found => found.cloned(),
+                };
             }
             notified.await;
         }
     }
+}
+
+/// Whether a refusal of this kind may be a caller's own (a limit keyed by caller).
+fn callers_own(kind: ErrorKind) -> bool {
+    matches!(kind, ErrorKind::RateLimited | ErrorKind::Overloaded)
 }
 
 /// The leader's side of a flight. Dropped without [`finish`](Leader::finish) (the call was
@@ -195,10 +214,10 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_leader_leaves_no_flight_behind() {
         let flights = Flights::default();
-        let Join::Lead(leader) = join(&flights, "k") else {
+        let Join::Lead(leader) = join(&flights, "k", None) else {
             panic!("the first caller leads");
         };
-        let Join::Follow(follower) = join(&flights, "k") else {
+        let Join::Follow(follower) = join(&flights, "k", None) else {
             panic!("the second caller follows");
         };
         drop(leader);
@@ -208,7 +227,7 @@ mod tests {
             "the follower sees the flight end without a result"
         );
         assert!(
-            matches!(join(&flights, "k"), Join::Lead(_)),
+            matches!(join(&flights, "k", None), Join::Lead(_)),
             "the next caller leads"
         );
     }
@@ -216,10 +235,10 @@ mod tests {
     #[tokio::test]
     async fn a_finished_leader_hands_its_result_to_followers() {
         let flights = Flights::default();
-        let Join::Lead(leader) = join(&flights, "k") else {
+        let Join::Lead(leader) = join(&flights, "k", None) else {
             panic!("the first caller leads");
         };
-        let Join::Follow(follower) = join(&flights, "k") else {
+        let Join::Follow(follower) = join(&flights, "k", None) else {
             panic!("the second caller follows");
         };
         let waiting = tokio::spawn(follower.wait());
@@ -233,10 +252,10 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_leader_hands_nothing_over() {
         let flights = Flights::default();
-        let Join::Lead(leader) = join(&flights, "k") else {
+        let Join::Lead(leader) = join(&flights, "k", None) else {
             panic!("the first caller leads");
         };
-        let Join::Follow(follower) = join(&flights, "k") else {
+        let Join::Follow(follower) = join(&flights, "k", None) else {
             panic!("the second caller follows");
         };
         assert!(!leader.finish(&Err(ToolError::cancelled("the caller gave up"))));
@@ -245,22 +264,22 @@ mod tests {
             follower.wait().await.is_none(),
             "the follower gets no result, not the leader's CANCELLED"
         );
-        assert!(matches!(join(&flights, "k"), Join::Lead(_)));
+        assert!(matches!(join(&flights, "k", None), Join::Lead(_)));
     }
 
     #[test]
     fn a_leader_copies_its_result_only_for_followers() {
         let flights = Flights::default();
         let ok = Ok(ToolResponse::new(serde_json::json!(1)));
-        let Join::Lead(alone) = join(&flights, "k") else {
+        let Join::Lead(alone) = join(&flights, "k", None) else {
             panic!("the first caller leads");
         };
         assert!(!alone.finish(&ok), "no follower: nothing copied");
 
-        let Join::Lead(leader) = join(&flights, "k") else {
+        let Join::Lead(leader) = join(&flights, "k", None) else {
             panic!("the next caller leads a new flight");
         };
-        let Join::Follow(_follower) = join(&flights, "k") else {
+        let Join::Follow(_follower) = join(&flights, "k", None) else {
             panic!("the second caller follows");
         };
         assert!(leader.finish(&ok), "a follower: the result is handed over");
@@ -269,16 +288,16 @@ mod tests {
     #[test]
     fn a_leader_ends_only_its_own_flight() {
         let flights = Flights::default();
-        let Join::Lead(first) = join(&flights, "cache:{a}:-:1") else {
+        let Join::Lead(first) = join(&flights, "cache:{a}:-:1", None) else {
             panic!("the first key's caller leads");
         };
-        let Join::Lead(second) = join(&flights, "cache:{a}:-:2") else {
+        let Join::Lead(second) = join(&flights, "cache:{a}:-:2", None) else {
             panic!("another key has a flight of its own");
         };
         assert!(!first.finish(&Ok(ToolResponse::new(serde_json::json!(1)))));
         assert_eq!(flights.len(), 1, "the other key's flight is still there");
         assert!(
-            matches!(join(&flights, "cache:{a}:-:2"), Join::Follow(_)),
+            matches!(join(&flights, "cache:{a}:-:2", None), Join::Follow(_)),
             "a caller of the other key still follows its leader"
         );
         drop(second);

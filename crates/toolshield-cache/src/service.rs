@@ -94,7 +94,10 @@ impl StorePath<ToolRequest> for CacheLayer {
                 return ResponseFuture::ready(Ok(hit(found.response)));
             }
             None if self.shared.store.answers_now() => {
-                if let Join::Lead(leader) = flight::join(Held(Arc::clone(&self.shared)), &key) {
+                let caller = req.meta().caller_id.as_ref();
+                if let Join::Lead(leader) =
+                    flight::join(Held(Arc::clone(&self.shared)), &key, caller)
+                {
                     let deadline = req.deadline_at();
                     let called = inner.call(req);
                     return ResponseFuture::boxed(Box::pin(lead(
@@ -170,7 +173,8 @@ where
                 }
             };
             first = false;
-            match flight::join(&*shared, &key) {
+            let caller = call.as_ref().and_then(|(_, r)| r.meta().caller_id.as_ref());
+            match flight::join(&*shared, &key, caller) {
                 Join::Lead(leader) => break (leader, stale),
                 Join::Follow(follower) => match follower.wait().await {
                     Some(result) => {
@@ -349,7 +353,7 @@ mod tests {
                 Ok::<_, ToolError>(ToolResponse::new(serde_json::json!(1)))
             }));
         let req = ToolRequest::new("weather", serde_json::json!({}));
-        let Join::Lead(leader) = flight::join(Held(Arc::clone(&shared)), "k") else {
+        let Join::Lead(leader) = flight::join(Held(Arc::clone(&shared)), "k", None) else {
             panic!("the first caller leads");
         };
         let led = lead(

@@ -141,3 +141,66 @@ async fn a_leader_unwinding_from_a_panic_hands_over_to_its_followers() {
     assert_eq!(n, 3);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
+
+/// A tool behind a limit keyed by caller (a rate limit or bulkhead with `ByCaller`, as
+/// the stack puts inside the cache): after 1 s it refuses `alice`, whose quota is spent,
+/// with `refusal`, and answers every other caller.
+fn limited_for_alice(calls: &Arc<AtomicUsize>, refusal: ErrorKind) -> BoxedTool {
+    let calls = Arc::clone(calls);
+    BoxedTool::new(service_fn(move |req: ToolRequest| {
+        let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let alice = req.meta().caller_id.as_deref() == Some("alice");
+        async move {
+            sleep(Duration::from_secs(1)).await;
+            if alice {
+                Err(ToolError::new(refusal, "alice's quota is spent"))
+            } else {
+                Ok(ToolResponse::new(json!({ "n": n })))
+            }
+        }
+    }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_keyed_by_caller_never_reaches_another_callers_follower() {
+    for refusal in [ErrorKind::RateLimited, ErrorKind::Overloaded] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = limited_for_alice(&calls, refusal);
+        let layer = layer();
+        let alice = tokio::spawn(layer.layer(svc.clone()).oneshot(weather().caller("alice")));
+        sleep(Duration::from_millis(10)).await;
+        let bob = tokio::spawn(layer.layer(svc.clone()).oneshot(weather().caller("bob")));
+        let alice_again = tokio::spawn(layer.layer(svc.clone()).oneshot(weather().caller("alice")));
+
+        let err = alice.await.expect("task").expect_err("alice is refused");
+        assert_eq!(err.kind(), refusal);
+        let err = alice_again
+            .await
+            .expect("task")
+            .expect_err("the same caller shares its own refusal");
+        assert_eq!(err.kind(), refusal);
+        let ok = bob
+            .await
+            .expect("task")
+            .unwrap_or_else(|e| panic!("bob has a quota of his own: {e}"));
+        assert_eq!(ok.output, json!({"n": 2}), "bob led a flight of his own");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{refusal:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn other_failures_are_shared_with_every_follower() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = limited_for_alice(&calls, ErrorKind::UpstreamUnavailable);
+    let layer = layer();
+    let alice = tokio::spawn(layer.layer(svc.clone()).oneshot(weather().caller("alice")));
+    sleep(Duration::from_millis(10)).await;
+    let bob = tokio::spawn(layer.layer(svc.clone()).oneshot(weather().caller("bob")));
+    for r in [alice.await, bob.await] {
+        let err = r
+            .expect("task")
+            .expect_err("the upstream is down for everyone");
+        assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
