@@ -58,6 +58,10 @@ fn scripts() -> &'static Scripts {
     })
 }
 
+/// The longest caller key stored under a Redis key of its own, in bytes (as in the
+/// in-memory store); longer keys share their namespace's overflow key.
+const MAX_KEY_LEN: usize = 4096;
+
 /// Appends `part` with `%`, `{`, `}` and `|` percent-encoded (and control characters):
 /// the result contains no brace (the hash tag stays whole) and no separator.
 fn push_escaped(out: &mut String, part: &str) {
@@ -89,7 +93,8 @@ fn micros_down(d: Duration) -> u64 {
 ///
 /// Each decision is **one round trip**: one Lua script reads the key's time, decides on
 /// the server's clock (`TIME`, so replicas' clocks need not agree) and reserves the call's
-/// turn. The key is `toolshield:rl:{<namespace>|+<key>}` (`|-` for calls without a key),
+/// turn. The key is `toolshield:rl:{<namespace>|+<key>}` (`|-` for calls without a key,
+/// `|*` shared by every key longer than 4 KiB),
 /// namespace and key percent-encoded so no two distinct pairs share a key and the whole
 /// key is one hash tag: it works on a Redis Cluster. A key lives until its time has
 /// passed (at most the burst tolerance plus the longest wait), so Redis holds only the
@@ -141,11 +146,19 @@ impl RedisRateLimitStore {
     }
 
     /// The Redis key of `key` (before the connection's prefix).
+    ///
+    /// A key longer than 4 KiB is not stored as it is: every such key of
+    /// this namespace shares one overflow key (`|*`), limited together as the in-memory
+    /// store limits them, so a key chosen by a caller cannot make Redis hold keys of any
+    /// length.
     #[must_use]
     pub fn storage_key(&self, key: Option<&str>) -> String {
-        let mut s = String::with_capacity(self.head.len() + key.map_or(1, str::len) + 3);
+        let mut s = String::with_capacity(
+            self.head.len() + key.map_or(1, |k| k.len().min(MAX_KEY_LEN)) + 3,
+        );
         s.push_str(&self.head);
         match key {
+            Some(k) if k.len() > MAX_KEY_LEN => s.push('*'),
             Some(k) => {
                 s.push('+');
                 push_escaped(&mut s, k);
@@ -250,6 +263,17 @@ mod tests {
         assert_eq!(a.storage_key(None), "toolshield:rl:{search|-}");
         assert_ne!(a.storage_key(Some("-")), a.storage_key(None));
         assert_ne!(a.storage_key(Some("x|+y")), b.storage_key(Some("y")));
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        assert_eq!(
+            a.storage_key(Some(&long)),
+            "toolshield:rl:{search|*}",
+            "a key past the bound shares the overflow key"
+        );
+        assert_eq!(
+            a.storage_key(Some(&long[..MAX_KEY_LEN])),
+            format!("toolshield:rl:{{search|+{}}}", &long[..MAX_KEY_LEN])
+        );
+        assert_ne!(a.storage_key(Some("*")), a.storage_key(Some(&long)));
         let hostile = a.storage_key(Some("}{evil}"));
         assert_eq!(hostile.matches('{').count(), 1);
         assert_eq!(hostile.matches('}').count(), 1);

@@ -297,3 +297,39 @@ async fn the_limit_works_on_a_cluster_whatever_the_key() {
         );
     }
 }
+
+/// A caller id longer than 4 KiB is not stored as a Redis key: every such id shares one
+/// overflow bucket (limited together, as in memory), and Redis holds no key that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caller_keys_past_the_bound_share_one_overflow_bucket() {
+    let Some(redis) = test_redis("caller_keys_past_the_bound_share_one_overflow_bucket") else {
+        return;
+    };
+    let p = prefix();
+    let conn = connect(&redis.url(), &p, OP_TIMEOUT).await;
+    let store = Arc::new(RedisRateLimitStore::new(conn, "search"));
+    let layer = RateLimitLayer::new(RateLimit::new(2, Duration::from_secs(60), 2))
+        .with_store(store)
+        .keyed(ByCaller);
+    let svc = layer.layer(tool());
+    let long = |c: char| c.to_string().repeat(5_000);
+    assert!(svc.clone().oneshot(req().caller(long('a'))).await.is_ok());
+    assert!(svc.clone().oneshot(req().caller(long('b'))).await.is_ok());
+    let err = svc
+        .clone()
+        .oneshot(req().caller(long('c')))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited, "{err:?}");
+    // A caller with a short id still has a bucket of its own.
+    assert!(svc.clone().oneshot(req().caller("alice")).await.is_ok());
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{p}*"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().all(|k| k.len() < 200), "{keys:?}");
+}
