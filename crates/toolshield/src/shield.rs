@@ -501,8 +501,20 @@ impl Shield {
     ///
     /// It applies to every clone of this shield and every service they wrapped, and to
     /// the registries later reloads create.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when the tools' metrics cannot be built, or when this shield (or
+    /// a clone of it) already records into an exporter: its collectors are registered
+    /// once, since a second set would write every series twice.
     pub fn with_metrics(self, exporter: &PrometheusExporter) -> Result<Self, ConfigError> {
         let _one = self.kept.reload.lock().unwrap_or_else(|e| e.into_inner());
+        if read(&self.kept.exporter).is_some() {
+            return Err(ConfigError::single(
+                "metrics",
+                "this shield already records its metrics into an exporter; call with_metrics once",
+            ));
+        }
         let current = self.policies.load();
         let metrics = MetricsLayer::build(
             MetricsConfig::with_tools(current.config.tools.keys().map(String::as_str)),

@@ -81,3 +81,35 @@ async fn every_family_is_rendered_once_with_several_breaker_registries() {
     );
     assert!(!text.contains("ghost"), "{text}");
 }
+
+/// A second `with_metrics` on a shield (or a clone of it) would register every collector
+/// again, and every breaker series would be written twice: it is refused, and the text
+/// stays valid.
+#[tokio::test]
+async fn metrics_are_attached_once() {
+    let exporter = local_prometheus();
+    let config = ShieldConfig::from_toml_str(
+        "[tools.weather]\nkind = \"read_only\"\nbreaker = { consecutive_failures = 2 }\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let shield = Shield::from_config(config)
+        .and_then(|s| s.with_metrics(&exporter))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = shield
+        .clone()
+        .with_metrics(&exporter)
+        .expect_err("a second exporter is refused");
+    assert!(err.to_string().contains("with_metrics"), "{err}");
+    let other = local_prometheus();
+    assert!(shield.clone().with_metrics(&other).is_err());
+    shield.breaker_for("weather").force_open("weather");
+    let text = exporter.render();
+    let series = check_exposition(&text);
+    assert_eq!(
+        series
+            .get(r#"circuit_breaker_state{key="weather",state="forced_open"}"#)
+            .map(String::as_str),
+        Some("1"),
+        "{text}"
+    );
+}
