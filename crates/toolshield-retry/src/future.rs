@@ -151,6 +151,14 @@ fn cancelled_error(attempts: u32) -> ToolError {
     ToolError::cancelled("call cancelled while waiting to retry").with_attempts(attempts)
 }
 
+/// Ends the call before the planned retry started: its budget token goes back now, not
+/// when the finished future is dropped (which a caller may do much later, or never).
+#[cold]
+fn unstarted(token: &mut Option<BudgetToken>, error: ToolError) -> ToolError {
+    drop(token.take());
+    error
+}
+
 /// Decides whether attempt `attempt`, which ended with `result`, is retried, and after
 /// which wait. The common case (anything but a retriable failure) stays inline.
 #[inline]
@@ -173,11 +181,9 @@ where
     }
 }
 
-/// A retriable failure: whether the attempt limit, the request copy, the caller's token,
-/// the deadline and the budget allow another attempt, and after which wait.
+/// Logs why a retry was not started.
 #[cold]
 #[inline(never)]
-/// Logs why a retry was not started.
 fn not_started(tool: &str, attempt: u32, wait: Option<Duration>, kind: ErrorKind, why: &str) {
     tracing::debug!(
         target: "toolshield::retry",
@@ -190,6 +196,11 @@ fn not_started(tool: &str, attempt: u32, wait: Option<Duration>, kind: ErrorKind
     );
 }
 
+/// A retriable failure: whether the attempt limit, the request copy, the caller's token,
+/// the deadline and the budget allow another attempt, and after which wait. Out of line:
+/// the success path never comes here.
+#[cold]
+#[inline(never)]
 fn plan_retry<Req, P, S>(
     shared: &Shared<P, S>,
     request: Option<&Req>,
@@ -348,7 +359,8 @@ where
                 StateProj::Backoff { sleep } => {
                     if let Some(cancelled) = this.cancelled.as_mut() {
                         if cancelled.as_mut().poll(cx).is_ready() {
-                            return Poll::Ready(Err(cancelled_error(*this.attempt)));
+                            let e = cancelled_error(*this.attempt);
+                            return Poll::Ready(Err(unstarted(this.token, e)));
                         }
                     }
                     ready!(sleep.as_mut().poll(cx));
@@ -357,20 +369,21 @@ where
                 StateProj::WaitReady => {
                     if let Some(cancelled) = this.cancelled.as_mut() {
                         if cancelled.as_mut().poll(cx).is_ready() {
-                            return Poll::Ready(Err(cancelled_error(*this.attempt)));
+                            let e = cancelled_error(*this.attempt);
+                            return Poll::Ready(Err(unstarted(this.token, e)));
                         }
                     }
                     if this.service.is_none() {
                         *this.service = this.shared.service_for_retry().map(Box::new);
                     }
                     let Some(service) = this.service.as_mut() else {
-                        return Poll::Ready(Err(ToolError::internal(
-                            "retry has no service to call again",
-                        )
-                        .with_attempts(*this.attempt)));
+                        let e = ToolError::internal("retry has no service to call again")
+                            .with_attempts(*this.attempt);
+                        return Poll::Ready(Err(unstarted(this.token, e)));
                     };
                     if let Err(e) = ready!(service.poll_ready(cx)) {
-                        return Poll::Ready(Err(e.into().with_attempts(*this.attempt)));
+                        let e = e.into().with_attempts(*this.attempt);
+                        return Poll::Ready(Err(unstarted(this.token, e)));
                     }
                     let next_attempt = this.attempt.saturating_add(1);
                     // The last allowed attempt takes the copy; earlier ones clone it.
@@ -380,10 +393,9 @@ where
                         this.request.take()
                     };
                     let Some(mut request) = request else {
-                        return Poll::Ready(Err(ToolError::internal(
-                            "retry lost its request copy",
-                        )
-                        .with_attempts(*this.attempt)));
+                        let e = ToolError::internal("retry lost its request copy")
+                            .with_attempts(*this.attempt);
+                        return Poll::Ready(Err(unstarted(this.token, e)));
                     };
                     *this.attempt = next_attempt;
                     request.begin_attempt(next_attempt);

@@ -178,3 +178,63 @@ async fn a_budget_token_taken_before_a_backoff_is_refunded_when_the_call_is_drop
     assert_eq!(e.kind(), ErrorKind::Timeout);
     assert_eq!(tool.calls(), 4, "1 + 3 attempts");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_token_is_refunded_when_the_call_ends_cancelled_not_only_when_dropped() {
+    // One token, no deposits, a floor of one per second: the clock stays still, so no
+    // token comes from the floor during the test.
+    let budget = Arc::new(RetryBudget::new(0.0, 1, 1));
+    let layer = RetryLayer::default()
+        .with_backoff(fixed(Duration::from_secs(10)))
+        .with_budget(Arc::clone(&budget));
+    let tool = ScriptedTool::always(ErrorKind::Timeout);
+    let token = tokio_util::sync::CancellationToken::new();
+    let req = read_request().cancel_token(token.clone());
+    let mut call = std::pin::pin!(layer.layer(tool.service()).oneshot(req));
+
+    // Polled once: the first attempt fails, the retry takes the token and backs off.
+    let backing_off = tokio::time::timeout(Duration::ZERO, call.as_mut()).await;
+    assert!(backing_off.is_err(), "the call is backing off");
+    assert_eq!(tool.calls(), 1);
+    assert_eq!(budget.available(), 0, "the retry holds the only token");
+
+    token.cancel();
+    let e = call.as_mut().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Cancelled);
+    assert_eq!(e.attempts(), 1);
+    // The finished future is still alive: the token must already be back.
+    assert_eq!(
+        budget.available(),
+        1,
+        "the retry never started: its token is back"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_token_is_refunded_when_readiness_fails_before_the_retry() {
+    let budget = Arc::new(RetryBudget::new(0.0, 1, 1));
+    let layer = RetryLayer::default()
+        .with_backoff(BackoffStrategy::none())
+        .with_budget(Arc::clone(&budget));
+    let (mock, mut handle) = tower_test::mock::pair::<toolshield_core::ToolRequest, ToolResponse>();
+    let svc = layer.layer(
+        mock.map_err(|e: tower::BoxError| match e.downcast::<ToolError>() {
+            Ok(e) => *e,
+            Err(e) => ToolError::internal(e.to_string()),
+        }),
+    );
+    let mut call = std::pin::pin!(svc.oneshot(read_request()));
+    let sent = tokio::time::timeout(Duration::ZERO, call.as_mut()).await;
+    assert!(sent.is_err(), "the first attempt is out");
+    let (_, reply) = handle.next_request().await.unwrap();
+    reply.send_error(ToolError::new(ErrorKind::ConnectionFailed, "refused"));
+    handle.send_error(ToolError::new(ErrorKind::ConnectionFailed, "pool closed"));
+    let e = call.as_mut().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionFailed);
+    assert_eq!(e.attempts(), 1);
+    assert_eq!(
+        budget.available(),
+        1,
+        "the retry never started: its token is back"
+    );
+}

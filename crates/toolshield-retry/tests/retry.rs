@@ -256,6 +256,28 @@ async fn a_mutating_call_is_retried_only_with_an_idempotency_key() {
     assert_eq!(tool.calls(), 2);
 }
 
+/// A blank key is no key (docs/idempotency.md: "A blank key (`""`, `"  "`) is no key"; the
+/// `http::Request` impl reads a blank header as none): a mutation carrying one is attempted
+/// once, like one without a key.
+#[tokio::test(start_paused = true)]
+async fn a_mutating_call_with_a_blank_idempotency_key_is_attempted_once() {
+    for key in ["", " ", "\t \n"] {
+        let req = ToolRequest::new("pay", json!({"amount": 10}))
+            .kind(CallKind::Mutating)
+            .idempotency_key(key);
+        // A failure that a keyed mutation would be retried after.
+        let tool = ScriptedTool::new([err(ErrorKind::ConnectionFailed), ok()]);
+        let e = no_wait()
+            .layer(tool.service())
+            .oneshot(req)
+            .await
+            .unwrap_err();
+        assert_eq!(tool.calls(), 1, "key {key:?} is no key: attempted once");
+        assert_eq!(e.kind(), ErrorKind::ConnectionFailed);
+        assert_eq!(e.attempts(), 1);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_mutation_that_may_have_taken_effect_is_never_repeated_even_with_a_key() {
     let keyed = || {
@@ -454,4 +476,30 @@ async fn one_attempt_configured_means_no_retry() {
     .unwrap_err();
     assert_eq!(tool.calls(), 1);
     assert_eq!(e.attempts(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_cancelled_while_waiting_for_readiness_ends_the_call_without_another_attempt() {
+    let (mock, mut handle) = tower_test::mock::pair::<ToolRequest, ToolResponse>();
+    handle.allow(1);
+    let svc = no_wait().layer(mock.map_err(to_tool_error));
+    let token = CancellationToken::new();
+    let req = read_request().cancel_token(token.clone());
+    let call = tokio::spawn(svc.oneshot(req));
+    let (_, reply) = handle.next_request().await.unwrap();
+    // The inner service is not ready again: the retry waits for it.
+    reply.send_error(ToolError::new(ErrorKind::ConnectionFailed, "refused"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!call.is_finished(), "waiting for readiness");
+    token.cancel();
+    let e = call.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Cancelled);
+    assert_eq!(e.attempts(), 1);
+    handle.allow(1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let next = tokio::time::timeout(Duration::ZERO, handle.next_request()).await;
+    assert!(
+        matches!(next, Err(_) | Ok(None)),
+        "no second attempt (the call dropped its services)"
+    );
 }
