@@ -14,11 +14,24 @@ use crate::handles::Shared;
 
 /// Records the metrics and span of each logical call; built by
 /// [`MetricsLayer`](crate::MetricsLayer).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Metrics<S> {
     inner: S,
     shared: Arc<Shared>,
     slot: Option<usize>,
+}
+
+/// Inlined into the clone around it: a stack is cloned for each call, and the outermost
+/// layer's clone made out of line builds the whole stack aside and then copies it.
+impl<S: Clone> Clone for Metrics<S> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        Metrics {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+            slot: self.slot,
+        }
+    }
 }
 
 impl<S> Metrics<S> {

@@ -110,6 +110,7 @@ pub(crate) struct Reloading<B, T> {
 }
 
 impl<B, T: Clone> Clone for Reloading<B, T> {
+    #[inline(always)]
     fn clone(&self) -> Self {
         Reloading {
             shared: Arc::clone(&self.shared),
