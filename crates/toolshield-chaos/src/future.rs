@@ -4,9 +4,10 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
-use toolshield_contract::ToolError;
+use toolshield_contract::config::deadline_after;
+use toolshield_contract::{time, ToolError};
 use tower_service::Service;
 
 pin_project! {
@@ -33,6 +34,11 @@ pin_project! {
         Delaying {
             #[pin]
             sleep: Sleep,
+            // Ends the wait with `CANCELLED`: the attempt token (a child of the call's).
+            #[pin]
+            cancelled: Option<WaitForCancellationFutureOwned>,
+            // The wait was cut short by the request's deadline: `TIMEOUT`, no call.
+            cut_by_deadline: bool,
             svc: Option<S>,
             req: Option<Req>,
         },
@@ -56,10 +62,28 @@ where
         }
     }
 
-    pub(crate) fn delayed(delay: Duration, svc: S, req: Req) -> Self {
+    /// Waits `delay`, but no longer than until `deadline` (then `TIMEOUT`) nor past a
+    /// cancellation of `token` (then `CANCELLED`), and then calls `svc`.
+    pub(crate) fn delayed(
+        delay: Duration,
+        deadline: Option<Instant>,
+        token: Option<CancellationToken>,
+        svc: S,
+        req: Req,
+    ) -> Self {
+        let mut until = deadline_after(time::now(), delay);
+        let mut cut_by_deadline = false;
+        if let Some(deadline) = deadline {
+            if deadline < until {
+                until = deadline;
+                cut_by_deadline = true;
+            }
+        }
         ResponseFuture {
             state: State::Delaying {
-                sleep: sleep(delay),
+                sleep: sleep_until(until),
+                cancelled: token.map(CancellationToken::cancelled_owned),
+                cut_by_deadline,
                 svc: Some(svc),
                 req: Some(req),
             },
@@ -104,8 +128,29 @@ where
                 StateProj::Calling { fut } => {
                     return fut.poll(cx).map_err(Into::into);
                 }
-                StateProj::Delaying { sleep, svc, req } => {
+                StateProj::Delaying {
+                    sleep,
+                    cancelled,
+                    cut_by_deadline,
+                    svc,
+                    req,
+                } => {
+                    if let Some(cancelled) = cancelled.as_pin_mut() {
+                        if cancelled.poll(cx).is_ready() {
+                            // The carried service and request are dropped with the state.
+                            this.state.set(State::Ready { out: None });
+                            return Poll::Ready(Err(ToolError::cancelled(
+                                "attempt cancelled during an injected delay",
+                            )));
+                        }
+                    }
                     ready!(sleep.poll(cx));
+                    if *cut_by_deadline {
+                        this.state.set(State::Ready { out: None });
+                        return Poll::Ready(Err(ToolError::timeout(
+                            "call reached its deadline during an injected delay",
+                        )));
+                    }
                     let (Some(mut svc), Some(req)) = (svc.take(), req.take()) else {
                         return Poll::Ready(Err(ToolError::internal(
                             "fault injection future polled after completion",

@@ -13,7 +13,9 @@ use crate::stats::{ChaosStats, FaultKind};
 /// Each call draws its fault from the seeded sequence, in arrival order:
 ///
 /// - latency: waits the configured delay, then calls the service (its readiness was
-///   granted before the wait);
+///   granted before the wait); the wait ends with `CANCELLED` when the request's attempt
+///   token is cancelled, and with `TIMEOUT` at the request's deadline if that comes
+///   first: the tool is then not called;
 /// - error: fails with `ToolError` of the configured kind (message `injected fault`),
 ///   without calling the service;
 /// - hang: never answers; ends with `CANCELLED` when the request's attempt token is
@@ -92,7 +94,12 @@ where
                 // The ready service is called after the wait; its clone takes its place.
                 let clone = self.inner.clone();
                 let svc = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::delayed(delay, svc, req)
+                // The wait is part of the call: it ends with the call's cancellation
+                // and never runs past its deadline.
+                let (deadline, token) = req.call_state().map_or((None, None), |state| {
+                    (state.deadline(), Some(state.tokens().attempt().clone()))
+                });
+                ResponseFuture::delayed(delay, deadline, token, svc, req)
             }
             Fault::Error(kind, retry_after) => {
                 self.stats.count(FaultKind::Error);
