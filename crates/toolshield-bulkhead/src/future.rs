@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use toolshield_contract::time;
 use toolshield_contract::{ErrorKind, ShieldRequest, ToolError};
 use tower_service::Service;
@@ -38,6 +39,9 @@ pin_project! {
             place: Option<QueuePlace>,
             #[pin]
             sleep: Sleep,
+            // The call's attempt token: a cancelled waiter leaves the queue at once.
+            #[pin]
+            cancelled: Option<WaitForCancellationFutureOwned>,
             svc: Option<S>,
             req: Option<Req>,
             started: Instant,
@@ -57,11 +61,13 @@ impl<F, S, Req> ResponseFuture<F, S, Req> {
         }
     }
 
-    /// `wait` is `place`'s wait, already polled once (it holds its place in line).
+    /// `wait` is `place`'s wait, already polled once (it holds its place in line);
+    /// `token`, when the request has one, ends the wait with `CANCELLED`.
     pub(crate) fn queued(
         place: QueuePlace,
         wait: Wait,
         until: Instant,
+        token: Option<CancellationToken>,
         svc: S,
         req: Req,
         shared: Arc<Shared>,
@@ -71,6 +77,7 @@ impl<F, S, Req> ResponseFuture<F, S, Req> {
                 wait,
                 place: Some(place),
                 sleep: sleep_until(until),
+                cancelled: token.map(CancellationToken::cancelled_owned),
                 svc: Some(svc),
                 req: Some(req),
                 started: time::now(),
@@ -100,6 +107,10 @@ impl<F, S, Req> std::fmt::Debug for ResponseFuture<F, S, Req> {
     }
 }
 
+pub(crate) fn cancelled_while_queued() -> ToolError {
+    ToolError::cancelled("call cancelled while waiting for a bulkhead slot")
+}
+
 fn polled_after_completion() -> ToolError {
     ToolError::internal("bulkhead future polled after completion")
 }
@@ -127,11 +138,21 @@ where
                     wait,
                     place,
                     sleep,
+                    cancelled,
                     svc,
                     req,
                     started,
                     shared,
                 } => {
+                    if let Some(cancelled) = cancelled.as_pin_mut() {
+                        if cancelled.poll(cx).is_ready() {
+                            // Leaves the queue now (a slot already handed to this wait
+                            // goes back to the semaphore, to the next in line); the
+                            // cancelled call never runs. Not a rejection.
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(cancelled_while_queued()));
+                        }
+                    }
                     if let Poll::Ready(permit) = wait.as_mut().poll(cx) {
                         drop(place.take());
                         let (Some(permit), Some(mut svc), Some(req)) =

@@ -2,12 +2,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use tokio_util::sync::CancellationToken;
 use toolshield_contract::config::deadline_after;
 use toolshield_contract::time;
 use toolshield_contract::{CallState, ErrorKind, ShieldRequest, ToolError};
 use tower_service::Service;
 
-use crate::future::ResponseFuture;
+use crate::future::{cancelled_while_queued, ResponseFuture};
 use crate::gate::{Gate, Gates};
 use crate::layer::{Shared, Whole};
 use toolshield_contract::key::KeyFn;
@@ -22,7 +23,8 @@ use toolshield_contract::key::KeyFn;
 /// service into its future), so a busy key never holds up the others, and a full
 /// bulkhead answers at once instead of stalling the caller as tower's `ConcurrencyLimit`
 /// does. The slot is given back when the call ends, fails, panics or its future is
-/// dropped; a queued call whose future is dropped leaves the queue.
+/// dropped; a queued call whose future is dropped, or whose attempt token is cancelled
+/// (then `CANCELLED`, not counted as a rejection), leaves the queue at once.
 #[derive(Debug)]
 pub struct Bulkhead<S, K = Whole> {
     inner: S,
@@ -105,6 +107,14 @@ impl<S, K> Bulkhead<S, K> {
                 ),
             );
         }
+        // The attempt token (a child of the call token): a waiter cancelled by its caller
+        // leaves the queue at once, and a call cancelled already takes no place in it.
+        let token = req
+            .call_state()
+            .map(|state| state.tokens().attempt().clone());
+        if token.as_ref().is_some_and(CancellationToken::is_cancelled) {
+            return ResponseFuture::failed(cancelled_while_queued());
+        }
         let Some(place) = gate.try_queue(limits.max_queue) else {
             return self.reject(
                 req.call_name(),
@@ -132,7 +142,15 @@ impl<S, K> Bulkhead<S, K> {
         // again before its next call.
         let clone = self.inner.clone();
         let svc = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::queued(place, wait, until, svc, req, Arc::clone(&self.shared))
+        ResponseFuture::queued(
+            place,
+            wait,
+            until,
+            token,
+            svc,
+            req,
+            Arc::clone(&self.shared),
+        )
     }
 }
 
