@@ -108,7 +108,10 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Hedge<S> {
 fn may_hedge<Req: ShieldRequest>(req: &Req) -> bool {
     match req.call_kind() {
         Some(CallKind::ReadOnly) => true,
-        Some(CallKind::Idempotent) => req.call_idempotency_key().is_some(),
+        // A blank key is no key (as the idempotency layer and retry read it).
+        Some(CallKind::Idempotent) => req
+            .call_idempotency_key()
+            .is_some_and(|key| !key.trim().is_empty()),
         Some(CallKind::Mutating) | None => false,
     }
 }

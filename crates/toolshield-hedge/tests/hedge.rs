@@ -243,6 +243,13 @@ async fn mutating_and_unkeyed_idempotent_calls_are_never_hedged() {
             .kind(CallKind::Mutating)
             .idempotency_key("k1"),
         ToolRequest::new("put", json!({})).kind(CallKind::Idempotent),
+        // A blank key is no key, as the idempotency layer and retry read it.
+        ToolRequest::new("put", json!({}))
+            .kind(CallKind::Idempotent)
+            .idempotency_key(""),
+        ToolRequest::new("put", json!({}))
+            .kind(CallKind::Idempotent)
+            .idempotency_key(" \t"),
     ];
     for req in cases {
         let tool = Tool::new(vec![ok(5_000, "only"), ok(1, "hedge")]);
