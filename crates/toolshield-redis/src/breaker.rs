@@ -108,9 +108,7 @@ impl OpenElsewhere {
         }
         self.live.store(map.len(), Ordering::Release);
     }
-}
 
-impl OpenElsewhere {
     /// Forgets what other processes said of `key`.
     fn clear(&self, key: &str) {
         if self.live.load(Ordering::Acquire) == 0 {
@@ -138,8 +136,24 @@ fn apply_remote_reset(registry: &BreakerRegistry, local: &OpenElsewhere, key: &s
         CircuitState::Open | CircuitState::HalfOpen
     );
     if tripped {
-        APPLYING_REMOTE_RESET.with(|f| f.set(true));
+        let _applying = ApplyingRemoteReset::start();
         registry.reset(key);
+    }
+}
+
+/// Marks this thread as applying a remote reset until dropped (also when a breaker
+/// callback unwinds through the reset).
+struct ApplyingRemoteReset;
+
+impl ApplyingRemoteReset {
+    fn start() -> Self {
+        APPLYING_REMOTE_RESET.with(|f| f.set(true));
+        ApplyingRemoteReset
+    }
+}
+
+impl Drop for ApplyingRemoteReset {
+    fn drop(&mut self) {
         APPLYING_REMOTE_RESET.with(|f| f.set(false));
     }
 }
@@ -397,8 +411,6 @@ async fn subscribe_loop(
     }
 }
 
-/// One subscription: subscribe, read the hash, then apply messages until the connection
-/// ends. `Ok` when it ended after having worked.
 /// What a subscription works on.
 struct Subscription<'a> {
     conn: &'a RedisConnection,
@@ -409,6 +421,8 @@ struct Subscription<'a> {
     local: &'a OpenElsewhere,
 }
 
+/// One subscription: subscribe, read the hash, then apply messages until the connection
+/// ends. `Ok` when it ended after having worked.
 async fn subscribe_once(
     on: &Subscription<'_>,
     url: &str,
