@@ -710,6 +710,24 @@ where
                 tracing::warn!(tool = %tool, code = %e.kind(), "idempotency: a resumed call failed; its claim is left to expire so the next call resumes again");
                 Err(e)
             }
+            // A mutation that ends `CANCELLED` may have been sent before its tool stopped
+            // on the token (an MCP call is, once handed to the transport): the key is kept
+            // as `OUTCOME_UNKNOWN`, as it is when the cancel layer drops the call's future
+            // instead. The caller still gets its `CANCELLED`.
+            Err(e) if mutating && e.kind() == ErrorKind::Cancelled => {
+                counters.outcome_unknown.bump();
+                let unknown =
+                    outcome_unknown(tool, "was cancelled after it was sent").with_source(e.clone());
+                let rec = IdempotencyRecord::failed(
+                    payload_hash,
+                    owner.to_owned(),
+                    &unknown,
+                    cfg.record_ttl,
+                );
+                let at = (tool.as_ref(), skey, owner);
+                record(&shared, at, rec, cfg.record_ttl, lease, guard, &payload).await;
+                Err(e)
+            }
             Err(e) if releases_key(e.kind()) => {
                 guard.on_drop = OnDrop::Release;
                 match shared.store.release(skey, owner).await {

@@ -568,6 +568,41 @@ async fn a_dropped_mutation_in_flight_is_outcome_unknown() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
+/// A tool that stops on its attempt token and answers `CANCELLED` may have been sent
+/// the mutation first (an MCP call has, once handed to the transport): the key is kept
+/// as `OUTCOME_UNKNOWN`, as when the call's future is dropped, and a repeat with it never
+/// runs. The caller still gets its `CANCELLED`.
+#[tokio::test(start_paused = true)]
+async fn a_mutation_its_tool_ends_cancelled_keeps_its_key() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let svc = BoxedTool::new(tower::service_fn(move |req: ToolRequest| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let token = req.attempt_token().clone();
+        async move {
+            token.cancelled().await;
+            Err::<ToolResponse, _>(ToolError::cancelled("the tool stopped on its token"))
+        }
+    }));
+    let (layer, _, _) = layer();
+    let token = toolshield_core::CancellationToken::new();
+    let task = tokio::spawn(
+        layer
+            .layer(svc.clone())
+            .oneshot(pay(42).cancel_token(token.clone())),
+    );
+    sleep(Duration::from_secs(1)).await;
+    token.cancel();
+    let e = task.await.expect("task").expect_err("cancelled");
+    assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+    let again = tokio::time::timeout(Duration::from_secs(60), call(&svc, &layer, pay(42)))
+        .await
+        .expect("answered from the record, not run again")
+        .expect_err("may have been charged");
+    assert_eq!(again.kind(), ErrorKind::OutcomeUnknown, "{again}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 #[test]
 fn config_is_validated_and_strict() {
     assert!(serde_json::from_str::<IdempotencyConfig>(r#"{"lease_ttl": "1s"}"#).is_err());

@@ -315,3 +315,47 @@ async fn a_late_cancel_after_the_answer_sends_nothing() {
     settle(&client).await;
     assert!(log.notices().is_empty(), "{:?}", log.notices());
 }
+
+/// A mutation cancelled by its caller after it was sent may have run on the server: the
+/// caller gets its `CANCELLED`, and the idempotency layer keeps the key as
+/// `OUTCOME_UNKNOWN`, so a repeat with that key is never sent again.
+#[tokio::test(start_paused = true)]
+async fn a_mutation_cancelled_after_it_was_sent_keeps_its_key() {
+    let (client, log) = start().await;
+    let layer = toolshield::idempotency::IdempotencyLayer::new(
+        toolshield::idempotency::IdempotencyConfig::default(),
+    )
+    .expect("idempotency layer");
+    let svc = layer.layer(client.clone());
+    let mutation = |token: &CancellationToken| {
+        ToolRequest::new("slow", json!({"amount": 5}))
+            .kind(CallKind::Mutating)
+            .idempotency_key("pay-1")
+            .cancel_token(token.clone())
+    };
+    let token = CancellationToken::new();
+    let call = tokio::spawn(svc.clone().oneshot(mutation(&token)));
+    log.until("the call", |l| !l.started.lock().unwrap().is_empty())
+        .await;
+    token.cancel();
+    let err = call.await.unwrap().expect_err("cancelled after sending");
+    assert_eq!(err.kind(), ErrorKind::Cancelled, "{err}");
+    log.until("the cancellation", |l| {
+        !l.observed.lock().unwrap().is_empty()
+    })
+    .await;
+    settle(&client).await;
+    assert_one_notice(&log, REASON_CANCELLED);
+
+    // The same key again: answered from the record, never sent (were it sent, `slow`
+    // would run until the bound below).
+    let again = tokio::time::timeout(
+        Duration::from_secs(30),
+        svc.clone().oneshot(mutation(&CancellationToken::new())),
+    )
+    .await
+    .expect("answered from the record, not sent again")
+    .expect_err("the outcome is unknown");
+    assert_eq!(again.kind(), ErrorKind::OutcomeUnknown, "{again}");
+    assert_eq!(log.started.lock().unwrap().len(), 1, "sent once");
+}
