@@ -283,11 +283,24 @@ async fn a_manual_reset_reaches_every_process() {
         CircuitState::ForcedOpen,
         "an override elsewhere stays"
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A's announcements go out in order: an opening of another key, once B has it,
+    // comes after any announcement of the reset A applied, without waiting on the clock.
+    for _ in 0..3 {
+        let _ = a
+            .clone()
+            .oneshot(ToolRequest::new("refunds", json!({})))
+            .await;
+    }
+    until(
+        Duration::from_secs(2),
+        "A's next opening reaching B",
+        || shared_b.open_elsewhere("refunds").is_some(),
+    )
+    .await;
     assert_eq!(
         conn_a.round_trips(),
-        a_round_trips,
-        "a reset applied from elsewhere is not announced again"
+        a_round_trips + 1,
+        "a reset applied from elsewhere is not announced again (one round trip: the opening)"
     );
     // The opening is gone from Redis: a process starting now finds nothing open.
     let reg_d = long();
