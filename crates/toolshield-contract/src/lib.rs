@@ -30,7 +30,9 @@ pub use tokens::{AttemptGuard, CallTokens};
 /// The token type of [`CallTokens`] and `ToolRequest::cancel_token`, re-exported so a
 /// caller needs no `tokio-util` dependency of its own (nor keep its version in step).
 pub use tokio_util::sync::CancellationToken;
-pub use traits::{CallMeta, Hedged, InBandFailure, ShieldRequest, ShieldResponse, SlowCall};
+pub use traits::{
+    idempotency_key_of, CallMeta, Hedged, InBandFailure, ShieldRequest, ShieldResponse, SlowCall,
+};
 
 /// tower's boxed error, which the generic layers accept from inner services and convert
 /// with [`ToolError::from_boxed`].

@@ -43,7 +43,7 @@ impl<'a> CallMeta<'a> {
 /// | [`call_state`](Self::call_state) / [`call_state_mut`](Self::call_state_mut) | timeout, deadline, cancel, retry, metrics | no deadline carried between layers, no cancellation tokens, attempts not numbered on the request |
 /// | [`call_name`](Self::call_name) | breaker (default key), metrics (label) | the layer's own name |
 /// | [`call_kind`](Self::call_kind) | retry (a mutation without a key is never repeated) | unknown: retried like an idempotent call, as tower's `Retry` does |
-/// | [`call_idempotency_key`](Self::call_idempotency_key) | retry | none |
+/// | [`call_idempotency_key`](Self::call_idempotency_key) | retry, hedge, idempotency (through [`idempotency_key_of`]: blank is none) | none |
 /// | [`call_meta`](Self::call_meta) | metrics (span fields) | no ids |
 /// | [`begin_attempt`](Self::begin_attempt) | retry | the state's, if any |
 ///
@@ -99,7 +99,8 @@ pub trait ShieldRequest {
         self.call_state().and_then(CallState::kind)
     }
 
-    /// The idempotency key the call carries, if any.
+    /// The idempotency key the call carries, if any. Layers read it through
+    /// [`idempotency_key_of`], which takes a blank key for none.
     fn call_idempotency_key(&self) -> Option<&str> {
         None
     }
@@ -117,6 +118,31 @@ pub trait ShieldRequest {
             state.begin_attempt(attempt);
         }
     }
+}
+
+/// The idempotency key `req` carries, read by the one rule every layer applies: a key
+/// that is empty or only whitespace is no key.
+///
+/// The idempotency layer dedupes on this key (or derives one when it is `None`), retry
+/// repeats a mutation only under it, hedging sends an idempotent call twice only under
+/// it, and the HTTP adapter sends it as `Idempotency-Key`. A blank key read as a key
+/// would make every keyless call of a tool one record, and repeat mutations that no
+/// record guards.
+///
+/// ```
+/// use toolshield_contract::{idempotency_key_of, ShieldRequest};
+///
+/// struct Transfer(&'static str);
+/// impl ShieldRequest for Transfer {
+///     fn call_idempotency_key(&self) -> Option<&str> { Some(self.0) }
+/// }
+/// assert_eq!(idempotency_key_of(&Transfer("order-1")), Some("order-1"));
+/// assert_eq!(idempotency_key_of(&Transfer(" \t ")), None);
+/// assert_eq!(idempotency_key_of(&Transfer("")), None);
+/// ```
+#[inline]
+pub fn idempotency_key_of<R: ShieldRequest + ?Sized>(req: &R) -> Option<&str> {
+    req.call_idempotency_key().filter(|k| !k.trim().is_empty())
 }
 
 /// A failure reported inside a successful response (an MCP `isError`, an HTTP 503).

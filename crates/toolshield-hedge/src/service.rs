@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use toolshield_contract::time;
-use toolshield_contract::{CallKind, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_contract::{idempotency_key_of, CallKind, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
 use crate::budget::HedgeBudget;
@@ -108,10 +108,8 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Hedge<S> {
 fn may_hedge<Req: ShieldRequest>(req: &Req) -> bool {
     match req.call_kind() {
         Some(CallKind::ReadOnly) => true,
-        // A blank key is no key (as the idempotency layer and retry read it).
-        Some(CallKind::Idempotent) => req
-            .call_idempotency_key()
-            .is_some_and(|key| !key.trim().is_empty()),
+        // Only under a key (a blank one is none).
+        Some(CallKind::Idempotent) => idempotency_key_of(req).is_some(),
         Some(CallKind::Mutating) | None => false,
     }
 }

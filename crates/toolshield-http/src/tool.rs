@@ -18,7 +18,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Map, Value};
 use toolshield_core::http_impls::{http_method_kind, http_status_kind, IDEMPOTENCY_KEY_HEADER};
-use toolshield_core::{BoxError, CallKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{
+    idempotency_key_of, BoxError, CallKind, ToolError, ToolRequest, ToolResponse,
+};
 use tower_service::Service;
 
 use crate::body::{body_error, BufferedRequest, DEFAULT_BODY_LIMIT};
@@ -163,7 +165,7 @@ fn attach_key(req: &ToolRequest, http_req: &mut BufferedRequest) -> Result<(), T
     if req.call_kind() != CallKind::Mutating {
         return Ok(());
     }
-    let Some(key) = req.get_idempotency_key().filter(|k| !k.trim().is_empty()) else {
+    let Some(key) = idempotency_key_of(req) else {
         return Ok(());
     };
     match http_req.headers().get(IDEMPOTENCY_KEY_HEADER) {

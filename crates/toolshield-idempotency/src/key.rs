@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
-use toolshield_core::{ToolError, ToolRequest};
+use toolshield_core::{idempotency_key_of, ToolError, ToolRequest};
 
 /// The storage key of a record: `idemp:{tool}:<scope>:<kind>:<key>`, built with the one
 /// injective encoding of [`toolshield_core::keys::storage_key`]: the caller (`scope`) is
@@ -112,7 +112,7 @@ pub(crate) fn resolve(
         None
     };
     // A blank key is no key: it would make every keyless call of a tool one record.
-    match req.get_idempotency_key().filter(|k| !k.trim().is_empty()) {
+    match idempotency_key_of(req) {
         Some(given) if given.len() > MAX_KEY_LEN => Err(ToolError::invalid_input(format!(
             "an idempotency key is at most {MAX_KEY_LEN} bytes (got {})",
             given.len()

@@ -2,7 +2,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use toolshield_contract::{CallKind, Classify, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_contract::{
+    idempotency_key_of, CallKind, Classify, ShieldRequest, ShieldResponse, ToolError,
+};
 use tower_service::Service;
 
 use crate::budget::RetryBudget;
@@ -84,15 +86,11 @@ where
 
     #[inline(always)]
     fn call(&mut self, req: Req) -> Self::Future {
-        // A mutating call without an idempotency key is never repeated: keep no copy. A
-        // blank key is no key (as the idempotency layer and `http::Request` read it).
-        // A request that states no kind (a plain value) is retried as tower's `Retry`
-        // would: the policy decides.
+        // A mutating call without an idempotency key (a blank one is none) is never
+        // repeated: keep no copy. A request that states no kind (a plain value) is
+        // retried as tower's `Retry` would: the policy decides.
         let may_retry = self.shared.max_attempts > 1
-            && !(req.call_kind() == Some(CallKind::Mutating)
-                && req
-                    .call_idempotency_key()
-                    .is_none_or(|key| key.trim().is_empty()));
+            && !(req.call_kind() == Some(CallKind::Mutating) && idempotency_key_of(&req).is_none());
         let retry_req = may_retry.then(|| req.clone());
         if let Some(budget) = &self.shared.budget {
             budget.deposit();
