@@ -140,30 +140,96 @@ trait Sink {
     }
 }
 
-/// A hasher fed through a stack buffer: the canonical writer emits many pieces of a few
+/// SHA-256 fed through a stack buffer: the canonical writer emits many pieces of a few
 /// bytes each (a quote, a colon, a short key), and one `update` per piece costs more than
-/// the hashing itself. Pieces are gathered here and hashed a block run at a time.
+/// the hashing itself. Pieces are gathered here, and each full buffer is hashed with the
+/// compression function straight from it (four blocks at a time); `finish` pads in place.
+/// No byte is copied into a second buffer, and the hasher is never moved.
 struct BufferedHasher {
-    hasher: Sha256,
+    state: [u32; 8],
     buf: [u8; BUFFERED],
+    /// Bytes in `buf`, at most `BUFFERED`.
     len: usize,
+    /// Bytes hashed before those in `buf`.
+    hashed: u64,
 }
 
 /// Four SHA-256 blocks.
 const BUFFERED: usize = 256;
 
+/// A SHA-256 block.
+const BLOCK: usize = 64;
+
+/// SHA-256's initial hash value (FIPS 180-4, 5.3.3).
+const SHA256_H0: [u32; 8] = [
+    0x6a09_e667,
+    0xbb67_ae85,
+    0x3c6e_f372,
+    0xa54f_f53a,
+    0x510e_527f,
+    0x9b05_688c,
+    0x1f83_d9ab,
+    0x5be0_cd19,
+];
+
+/// Hashes `blocks` (a whole number of 64-byte blocks) into `state`.
+#[inline]
+fn compress_blocks(state: &mut [u32; 8], blocks: &[u8]) {
+    use sha2::digest::generic_array::GenericArray;
+    debug_assert!(blocks.len().is_multiple_of(BLOCK));
+    for block in blocks.chunks_exact(BLOCK) {
+        sha2::compress256(state, std::slice::from_ref(GenericArray::from_slice(block)));
+    }
+}
+
 impl BufferedHasher {
     fn new() -> Self {
         BufferedHasher {
-            hasher: Sha256::new(),
+            state: SHA256_H0,
             buf: [0; BUFFERED],
             len: 0,
+            hashed: 0,
         }
     }
 
-    fn finish(mut self) -> Digest {
-        self.hasher.update(&self.buf[..self.len]);
-        Digest(self.hasher.finalize().into())
+    /// Hashes the full buffer and empties it.
+    #[inline]
+    fn flush_full(&mut self) {
+        compress_blocks(&mut self.state, &self.buf);
+        self.hashed = self.hashed.wrapping_add(BUFFERED as u64);
+        self.len = 0;
+    }
+
+    /// The digest of every byte put: the padding (a one bit, zeros, the length in bits)
+    /// written into the buffer and hashed with what it holds.
+    fn finish(&mut self) -> Digest {
+        if self.len == BUFFERED {
+            self.flush_full();
+        }
+        let bits = self
+            .hashed
+            .wrapping_add(self.len as u64)
+            .wrapping_mul(8)
+            .to_be_bytes();
+        let mut at = self.len;
+        self.buf[at] = 0x80;
+        at += 1;
+        // The padded end: the first block boundary with room for the 8 length bytes.
+        let mut end = (at + 8).next_multiple_of(BLOCK);
+        if end > BUFFERED {
+            self.buf[at..].fill(0);
+            compress_blocks(&mut self.state, &self.buf);
+            at = 0;
+            end = BLOCK;
+        }
+        self.buf[at..end - 8].fill(0);
+        self.buf[end - 8..end].copy_from_slice(&bits);
+        compress_blocks(&mut self.state, &self.buf[..end]);
+        let mut out = [0u8; 32];
+        for (bytes, word) in out.chunks_exact_mut(4).zip(self.state) {
+            bytes.copy_from_slice(&word.to_be_bytes());
+        }
+        Digest(out)
     }
 }
 
@@ -180,20 +246,7 @@ impl Sink for BufferedHasher {
                 return;
             }
         }
-        let end = self.len + n;
-        if end <= BUFFERED {
-            self.buf[self.len..end].copy_from_slice(bytes);
-            self.len = end;
-            return;
-        }
-        self.hasher.update(&self.buf[..self.len]);
-        self.len = 0;
-        if bytes.len() >= BUFFERED {
-            self.hasher.update(bytes);
-        } else {
-            self.buf[..bytes.len()].copy_from_slice(bytes);
-            self.len = bytes.len();
-        }
+        self.put_long(bytes);
     }
 
     #[inline]
@@ -223,12 +276,38 @@ impl Sink for BufferedHasher {
     #[inline]
     fn put_byte(&mut self, byte: u8) {
         if self.len == BUFFERED {
-            self.hasher.update(self.buf);
-            self.len = 0;
+            self.flush_full();
         }
         if let Some(slot) = self.buf.get_mut(self.len) {
             *slot = byte;
             self.len += 1;
+        }
+    }
+}
+
+impl BufferedHasher {
+    /// [`Sink::put`] of a piece that is long or does not fit: the buffer filled and
+    /// hashed as often as it takes, whole blocks of a long piece hashed where they lie.
+    fn put_long(&mut self, mut bytes: &[u8]) {
+        loop {
+            if self.len == 0 && bytes.len() >= BLOCK {
+                let whole = bytes.len() - bytes.len() % BLOCK;
+                let (blocks, rest) = bytes.split_at(whole);
+                compress_blocks(&mut self.state, blocks);
+                self.hashed = self.hashed.wrapping_add(whole as u64);
+                bytes = rest;
+            }
+            let room = BUFFERED - self.len;
+            if bytes.len() <= room {
+                self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+                self.len += bytes.len();
+                return;
+            }
+            let (head, rest) = bytes.split_at(room);
+            self.buf[self.len..].copy_from_slice(head);
+            self.len = BUFFERED;
+            self.flush_full();
+            bytes = rest;
         }
     }
 }
@@ -350,12 +429,12 @@ fn write_canonical<S: Sink>(
         }
         Value::Object(map) => {
             out.put_byte(b'{');
-            if keys_in_utf16_order(map) {
-                write_members(map.iter(), out, depth)?;
+            if map_orders_by_bytes() {
+                write_byte_ordered_members(map, out, depth)?;
+            } else if keys_ascending(map.keys().map(String::as_str)) {
+                write_members(map.iter(), true, out, depth)?;
             } else {
-                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
-                write_members(entries.into_iter(), out, depth)?;
+                write_members(sorted_by_utf16(map.iter()), true, out, depth)?;
             }
             out.put_byte(b'}');
         }
@@ -363,14 +442,15 @@ fn write_canonical<S: Sink>(
     Ok(())
 }
 
-/// Writes an object's members in the order given, `key:value` separated by commas.
+/// Writes an object's members in the order given, `key:value` separated by commas;
+/// `first` when none of the object's members was written before them.
 #[inline]
 fn write_members<'a, S: Sink>(
     members: impl Iterator<Item = (&'a String, &'a Value)>,
+    mut first: bool,
     out: &mut S,
     depth: usize,
 ) -> Result<(), NoCanonicalForm> {
-    let mut first = true;
     for (k, v) in members {
         if !first {
             out.put_byte(b',');
@@ -382,19 +462,46 @@ fn write_members<'a, S: Sink>(
     Ok(())
 }
 
-/// Whether iterating `map` gives its keys in UTF-16 order (RFC 8785 §3.2.3).
+/// Writes the members of a map that iterates in byte order of its keys (serde_json's
+/// `BTreeMap`) in UTF-16 order (RFC 8785 §3.2.3), in one pass over the map.
 ///
-/// serde_json's map is a `BTreeMap`, ordered by bytes, unless its `preserve_order`
-/// feature is on (anywhere in the build: features unify), when it keeps insertion order.
-/// Byte order is UTF-16 order unless a key holds a character from U+E000 up, so a
-/// byte-ordered map needs only that check; an insertion-ordered one is compared key by
-/// key too.
+/// Byte order is UTF-16 order unless a key holds a character from U+E000 up. A key
+/// without one (a plain key) holds only characters below U+D800, whose UTF-16 code units
+/// are their code points and below every unit of such a character; so a plain key
+/// precedes, by UTF-16 as by bytes, every key after it in byte order. Members are written
+/// as the map gives them up to the first key that is not plain; that key and the rest are
+/// sorted by UTF-16 code units and written after them.
 #[inline]
-fn keys_in_utf16_order(map: &Map<String, Value>) -> bool {
-    if map_orders_by_bytes() {
-        return map.keys().all(|k| plain_key(k));
+fn write_byte_ordered_members<S: Sink>(
+    map: &Map<String, Value>,
+    out: &mut S,
+    depth: usize,
+) -> Result<(), NoCanonicalForm> {
+    let mut members = map.iter();
+    let mut first = true;
+    while let Some((k, v)) = members.next() {
+        if !plain_key(k) {
+            let rest = sorted_by_utf16(std::iter::once((k, v)).chain(members));
+            return write_members(rest, first, out, depth);
+        }
+        if !first {
+            out.put_byte(b',');
+        }
+        first = false;
+        write_str(k, true, out);
+        write_canonical(v, out, depth + 1)?;
     }
-    keys_ascending(map.keys().map(String::as_str))
+    Ok(())
+}
+
+/// `members` in UTF-16 order of their keys.
+#[cold]
+fn sorted_by_utf16<'a>(
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+) -> std::vec::IntoIter<(&'a String, &'a Value)> {
+    let mut entries: Vec<(&String, &Value)> = members.collect();
+    entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
+    entries.into_iter()
 }
 
 /// Whether `key` orders the same by UTF-16 code units as by bytes against any key.
@@ -699,6 +806,27 @@ mod tests {
             }
         }
         assert_eq!(hashed.finish(), Digest::of_bytes(&plain));
+    }
+
+    #[test]
+    fn the_padding_is_right_at_every_length_and_long_pieces_hash_where_they_lie() {
+        // Every total length across the buffer's end (the padding's length field in the
+        // same block, in the next, in a block after a full buffer), reached with pieces
+        // short and long (whole blocks hashed straight from the piece).
+        for total in 0..=3 * BUFFERED + 2 * BLOCK {
+            for piece in [1, 7, 63, 64, 65, 255, 256, 300] {
+                let bytes: Vec<u8> = (0..total).map(|i| (i * 31 + piece) as u8).collect();
+                let mut hashed = BufferedHasher::new();
+                for chunk in bytes.chunks(piece) {
+                    hashed.put(chunk);
+                }
+                assert_eq!(
+                    hashed.finish(),
+                    Digest::of_bytes(&bytes),
+                    "{total} bytes in pieces of {piece}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -57,7 +57,9 @@ fn arb_json() -> impl Strategy<Value = Value> {
                     "[a-z]{0,4}",
                     "\\PC{0,4}",
                     Just("\u{e000}".to_owned()),
-                    Just("\u{1f600}".to_owned())
+                    Just("\u{1f600}".to_owned()),
+                    // Plain keys and keys that sort otherwise by UTF-16, sharing a prefix.
+                    "a[bz\u{e000}\u{ffff}\u{10000}\u{1f600}]{0,3}"
                 ],
                 inner,
                 0..6
@@ -103,6 +105,23 @@ fn rfc_8785_number_vectors() {
         let v: Value = serde_json::from_str(input).unwrap();
         assert_eq!(canonical_json(&v).unwrap(), *expected, "input {input}");
     }
+}
+
+#[test]
+fn plain_keys_before_keys_that_sort_otherwise_by_utf16_keep_their_place() {
+    // Byte order: "a" < "a\u{e000}" < "a\u{1f600}" < "b" < "\u{e000}" < "\u{1f600}".
+    // UTF-16 moves each astral key before its high-BMP neighbour, and only those.
+    let v = json!({
+        "\u{1f600}": 5, "\u{e000}": 4, "b": 3, "a\u{1f600}": 2, "a\u{e000}": 1, "a": 0
+    });
+    let expected =
+        "{\"a\":0,\"a\u{1f600}\":2,\"a\u{e000}\":1,\"b\":3,\"\u{1f600}\":5,\"\u{e000}\":4}";
+    assert_eq!(canonical_json(&v).unwrap(), expected);
+    assert_eq!(serde_jcs::to_string(&v).unwrap(), expected);
+    assert_eq!(
+        payload_digest(&v).unwrap(),
+        Digest::of_bytes(expected.as_bytes())
+    );
 }
 
 #[test]
