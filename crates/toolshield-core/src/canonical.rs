@@ -200,6 +200,14 @@ impl BufferedHasher {
         self.len = 0;
     }
 
+    /// [`flush_full`](Self::flush_full), out of line: a full buffer is the rare case of
+    /// a one-byte piece.
+    #[cold]
+    #[inline(never)]
+    fn flush_full_cold(&mut self) {
+        self.flush_full();
+    }
+
     /// The digest of every byte put: the padding (a one bit, zeros, the length in bits)
     /// written into the buffer and hashed with what it holds.
     fn finish(&mut self) -> Digest {
@@ -276,7 +284,7 @@ impl Sink for BufferedHasher {
     #[inline]
     fn put_byte(&mut self, byte: u8) {
         if self.len == BUFFERED {
-            self.flush_full();
+            self.flush_full_cold();
         }
         if let Some(slot) = self.buf.get_mut(self.len) {
             *slot = byte;
@@ -288,6 +296,8 @@ impl Sink for BufferedHasher {
 impl BufferedHasher {
     /// [`Sink::put`] of a piece that is long or does not fit: the buffer filled and
     /// hashed as often as it takes, whole blocks of a long piece hashed where they lie.
+    /// Kept out of line: the short pieces' path stays small where it is inlined.
+    #[inline(never)]
     fn put_long(&mut self, mut bytes: &[u8]) {
         loop {
             if self.len == 0 && bytes.len() >= BLOCK {
