@@ -64,6 +64,9 @@ impl<S, K> RateLimiter<S, K> {
     }
 }
 
+/// The time a call that waited is left before its deadline, at least.
+const DEADLINE_MARGIN: Duration = Duration::from_micros(1);
+
 /// Gives a reserved turn back unless disarmed (the call started).
 struct Refund {
     shared: Arc<Shared>,
@@ -124,15 +127,18 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let shared = &self.shared;
+        let mut deadline = None;
         let max_wait = match shared.max_wait {
             None => Duration::ZERO,
             Some(max) => match req.call_state().and_then(CallState::deadline) {
                 // The wait must end before the deadline, leaving the call some time.
-                Some(deadline) => max.min(
-                    deadline
-                        .saturating_duration_since(time::now())
-                        .saturating_sub(Duration::from_micros(1)),
-                ),
+                Some(d) => {
+                    deadline = Some(d);
+                    max.min(
+                        d.saturating_duration_since(time::now())
+                            .saturating_sub(DEADLINE_MARGIN),
+                    )
+                }
                 None => max,
             },
         };
@@ -185,13 +191,23 @@ where
                     match decided {
                         Ok(Decision::Admit { wait, turn }) => {
                             if !wait.is_zero() {
-                                shared.counters.waited.bump();
                                 let mut refund = Refund {
                                     shared: Arc::clone(&shared),
                                     key,
                                     turn,
                                     armed: true,
                                 };
+                                // The answer took time to come back: the wait the store
+                                // decided starts now, and must still end before the
+                                // deadline. Else the turn is given back (the guard).
+                                if deadline.is_some_and(|d| {
+                                    d.saturating_duration_since(time::now())
+                                        .saturating_sub(DEADLINE_MARGIN)
+                                        < wait
+                                }) {
+                                    return Err(rejected(&shared, req.call_name(), wait));
+                                }
+                                shared.counters.waited.bump();
                                 tokio::time::sleep(wait).await;
                                 refund.armed = false;
                             }

@@ -444,3 +444,88 @@ async fn from_config_keys_on_the_caller_and_waits() {
     assert!(svc.clone().oneshot(req().caller("a")).await.is_ok());
     assert_eq!(t0.elapsed(), ms(500));
 }
+
+/// A remote store whose answer takes `latency` to come back (the decision is made at
+/// once, on the store's side, as Redis makes it when the script runs).
+struct Slow {
+    store: MemoryRateLimitStore,
+    latency: Duration,
+}
+
+impl RateLimitStore for Slow {
+    fn acquire<'a>(
+        &'a self,
+        key: Option<&'a str>,
+        limit: &'a RateLimit,
+        max_wait: Duration,
+    ) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            let d = self.store.acquire(key, limit, max_wait).await;
+            tokio::time::sleep(self.latency).await;
+            d
+        })
+    }
+
+    fn refund(&self, key: Option<&str>, limit: &RateLimit, turn: Turn) {
+        self.store.refund(key, limit, turn);
+    }
+}
+
+/// With a remote store, the time the answer took to come back is part of the wait: a
+/// call whose turn comes only after its deadline is rejected with `RATE_LIMITED` and a
+/// retry-after (its turn given back), never started past its deadline.
+#[tokio::test(start_paused = true)]
+async fn a_remote_wait_never_starts_a_call_past_its_deadline() {
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(1), 1))
+        .with_store(Arc::new(Slow {
+            store: MemoryRateLimitStore::default(),
+            latency: ms(300),
+        }))
+        .wait_up_to(Duration::from_secs(10));
+    let stats = layer.stats();
+    let svc = layer.layer(recording(Arc::clone(&starts)));
+    let t0 = Instant::now();
+    // Decided at 0 s (the key's next turn is at 1 s), answered at 0.3 s.
+    assert!(svc.clone().oneshot(req()).await.is_ok());
+    assert_eq!(t0.elapsed(), ms(300));
+    // At 0.3 s with a deadline at 1.1 s: the store sees a 0.7 s wait that fits, but its
+    // answer arrives at 0.6 s, when only 0.5 s are left.
+    let deadline = Instant::now() + ms(800);
+    let mut late = ToolRequest::new("search", json!({"n": 1}));
+    if let Some(s) = late.call_state_mut() {
+        s.set_deadline(deadline);
+    }
+    match svc.clone().oneshot(late).await {
+        Ok(_) => {
+            let started = starts.lock().unwrap().last().map(|(_, t)| *t).unwrap();
+            assert!(
+                started < deadline,
+                "started {:?} after the deadline {:?}",
+                started - t0,
+                deadline - t0
+            );
+        }
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::RateLimited, "{e}");
+            let after = e.retry_after().expect("a retry_after");
+            assert!(!after.is_zero() && after <= ms(700), "{after:?}");
+            assert_eq!(t0.elapsed(), ms(600), "rejected when the answer came");
+        }
+    }
+    // The turn was given back: the next call (no deadline), decided at 0.6 s, has its
+    // turn at 1 s (not 2 s) and starts when the 0.4 s wait has run after the answer.
+    assert!(svc
+        .clone()
+        .oneshot(ToolRequest::new("search", json!({"n": 2})))
+        .await
+        .is_ok());
+    let at: Vec<(u64, Duration)> = starts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, t)| (*n, *t - t0))
+        .collect();
+    assert_eq!(at, vec![(0, ms(300)), (2, ms(1300))]);
+    assert_eq!(stats.snapshot().rejected, 1);
+}
