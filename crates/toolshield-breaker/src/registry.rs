@@ -425,6 +425,12 @@ impl BreakerRegistry {
 
     /// Calls `callback` on every transition and override, synchronously, with the
     /// breaker's transition lock held: keep it short.
+    ///
+    /// The callback may call the registry and its breakers again, the same key included
+    /// (reset a breaker that opened, read [`transition_counts`](Self::transition_counts),
+    /// call the service): a change it makes to the breaker whose event it is handling
+    /// happens at once, and its event is delivered right after the current one has reached
+    /// every sink, so every sink sees one key's events in transition order.
     pub fn on_event<F>(&self, callback: F)
     where
         F: Fn(&BreakerEvent) + Send + Sync + 'static,

@@ -509,10 +509,15 @@ pub(crate) struct BreakerState {
     last_failure: AtomicU64,
     rejections: AtomicU64,
     window: Window,
-    /// The transition lock, and what it guards besides the state word: the transition
-    /// counts of this breaker (`circuit_breaker_transitions_total{key,from,to}`), which
-    /// go with the breaker when it is evicted.
-    lock: Mutex<Tally>,
+    /// The transition lock: held while the state word changes and while the event of the
+    /// change is delivered, so the events of one key arrive in transition order. An event
+    /// callback that calls this breaker again runs on the thread holding it: see
+    /// [`locked`](Self::locked).
+    lock: Mutex<()>,
+    /// The transition counts of this breaker (`circuit_breaker_transitions_total{key,from,to}`),
+    /// which go with the breaker when it is evicted. Its own lock, held for a moment only,
+    /// so an event callback may read them.
+    counts: Mutex<Tally>,
     pub(crate) key: Arc<str>,
     /// `slow_call_duration` in nanoseconds (`u64::MAX` for none: no call is that slow),
     /// copied from the config so the call path reads it next to the state word instead
@@ -524,7 +529,7 @@ pub(crate) struct BreakerState {
 impl Drop for BreakerState {
     fn drop(&mut self) {
         if self.unkept {
-            let tally = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let tally = self.counts.lock().unwrap_or_else(|e| e.into_inner());
             self.core
                 .retire(&tally, self.rejections.load(Ordering::Relaxed));
         }
@@ -558,7 +563,8 @@ impl BreakerState {
             last_failure: AtomicU64::new(0),
             rejections: AtomicU64::new(0),
             window: Window::new(&core.config.window),
-            lock: Mutex::new(Vec::new()),
+            lock: Mutex::new(()),
+            counts: Mutex::new(Vec::new()),
             key,
             slow_threshold: core.config.slow_call_duration.map_or(u64::MAX, |d| {
                 u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -571,7 +577,7 @@ impl BreakerState {
     /// registry's map entry not included).
     pub(crate) fn memory_bytes(&self) -> usize {
         let tally = self
-            .lock
+            .counts
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .capacity();
@@ -582,13 +588,16 @@ impl BreakerState {
 
     /// This breaker's transition counts, `(from, to, count)`.
     pub(crate) fn transition_counts(&self) -> Tally {
-        self.lock.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Adds this breaker's counts to the registry's totals of breakers no longer held
     /// (called once, by the sweep that evicted it).
     pub(crate) fn retire(&self) {
-        let tally = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let tally = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         self.core.retire(&tally, self.rejections());
     }
 
@@ -934,74 +943,115 @@ impl BreakerState {
         self.consecutive.store(0, Ordering::Release);
     }
 
+    /// Runs `change` (a transition or an override, which returns the event it made, if
+    /// any) with the transition lock held, then delivers the event, the lock still held.
+    ///
+    /// An event callback may call this breaker again (reset it, call the service, read its
+    /// counts): the thread delivering already holds the lock, so such a nested change runs
+    /// without taking it again (it could not: the lock is not reentrant), and its event is
+    /// delivered by the outer call once the current event has reached every sink, so every
+    /// sink still sees one key's events in transition order.
+    fn locked<R>(&self, change: impl FnOnce() -> (R, Option<BreakerEvent>)) -> R {
+        let me = std::ptr::from_ref(self) as usize;
+        if delivery::holds(me) {
+            let (result, event) = change();
+            if let Some(event) = event {
+                delivery::defer(me, event);
+            }
+            return result;
+        }
+        let _lock = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (result, event) = change();
+        if let Some(event) = event {
+            // Taken off this thread's list when done, also when a callback panics (the
+            // events deferred meanwhile are then dropped undelivered).
+            let delivering = delivery::Delivering::enter(me);
+            let mut next = Some(event);
+            while let Some(event) = next {
+                self.core.events.emit(event);
+                next = delivering.next();
+            }
+        }
+        result
+    }
+
+    fn count(&self, from: CircuitState, to: CircuitState) {
+        bump(
+            &mut self.counts.lock().unwrap_or_else(|e| e.into_inner()),
+            from,
+            to,
+        );
+    }
+
     /// Moves from `from` (in `epoch`) to `to`; does nothing if the breaker moved on
     /// meanwhile or is under a manual override other than metrics-only.
     fn transition(&self, epoch: u32, from: u8, to: u8, reason: TransitionReason, now: u64) -> bool {
-        let mut tally = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (cur_epoch, mode, state) = unpack(self.word.load(Ordering::Acquire));
-        if cur_epoch != epoch || state != from || !(mode == M_NORMAL || mode == M_METRICS_ONLY) {
-            return false;
-        }
-        match to {
-            ST_OPEN => {
-                let opens = self.opens.load(Ordering::Relaxed).saturating_add(1);
-                self.opens.store(opens, Ordering::Relaxed);
-                let wait = self.core.config.wait_for(opens);
-                let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
-                self.open_until
-                    .store(now.saturating_add(wait), Ordering::Release);
+        self.locked(|| {
+            let (cur_epoch, mode, state) = unpack(self.word.load(Ordering::Acquire));
+            if cur_epoch != epoch || state != from || !(mode == M_NORMAL || mode == M_METRICS_ONLY)
+            {
+                return (false, None);
             }
-            ST_CLOSED => {
-                self.opens.store(0, Ordering::Relaxed);
-                self.clear_counts();
+            match to {
+                ST_OPEN => {
+                    let opens = self.opens.load(Ordering::Relaxed).saturating_add(1);
+                    self.opens.store(opens, Ordering::Relaxed);
+                    let wait = self.core.config.wait_for(opens);
+                    let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+                    self.open_until
+                        .store(now.saturating_add(wait), Ordering::Release);
+                }
+                ST_CLOSED => {
+                    self.opens.store(0, Ordering::Relaxed);
+                    self.clear_counts();
+                }
+                _ => {}
             }
-            _ => {}
-        }
-        self.word
-            .store(pack(epoch.wrapping_add(1), mode, to), Ordering::Release);
-        bump(&mut tally, auto_state(from), auto_state(to));
-        self.core.events.emit(BreakerEvent {
-            at: SystemTime::now(),
-            key: Arc::clone(&self.key),
-            from: auto_state(from),
-            to: auto_state(to),
-            reason,
-            shadow: mode == M_METRICS_ONLY,
-        });
-        true
+            self.word
+                .store(pack(epoch.wrapping_add(1), mode, to), Ordering::Release);
+            self.count(auto_state(from), auto_state(to));
+            let event = BreakerEvent {
+                at: SystemTime::now(),
+                key: Arc::clone(&self.key),
+                from: auto_state(from),
+                to: auto_state(to),
+                reason,
+                shadow: mode == M_METRICS_ONLY,
+            };
+            (true, Some(event))
+        })
     }
 
     /// A manual override: a fresh window, and the new mode.
     pub(crate) fn set_mode(&self, override_: Override) {
-        let mut tally = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (epoch, mode, state) = unpack(self.word.load(Ordering::Acquire));
-        let (new_mode, reason) = match override_ {
-            Override::ForceOpen => (M_FORCED_OPEN, TransitionReason::ForcedOpen),
-            Override::ForceClosed => (M_DISABLED, TransitionReason::ForcedClosed),
-            Override::MetricsOnly => (M_METRICS_ONLY, TransitionReason::MetricsOnly),
-            Override::Reset => (M_NORMAL, TransitionReason::Reset),
-        };
-        self.clear_counts();
-        self.opens.store(0, Ordering::Relaxed);
-        if override_ == Override::Reset {
-            self.last_failure.store(0, Ordering::Relaxed);
-        }
-        self.word.store(
-            pack(epoch.wrapping_add(1), new_mode, ST_CLOSED),
-            Ordering::Release,
-        );
-        bump(
-            &mut tally,
-            effective(mode, state),
-            effective(new_mode, ST_CLOSED),
-        );
-        self.core.events.emit(BreakerEvent {
-            at: SystemTime::now(),
-            key: Arc::clone(&self.key),
-            from: effective(mode, state),
-            to: effective(new_mode, ST_CLOSED),
-            reason,
-            shadow: false,
+        self.locked(|| {
+            let (epoch, mode, state) = unpack(self.word.load(Ordering::Acquire));
+            let (new_mode, reason) = match override_ {
+                Override::ForceOpen => (M_FORCED_OPEN, TransitionReason::ForcedOpen),
+                Override::ForceClosed => (M_DISABLED, TransitionReason::ForcedClosed),
+                Override::MetricsOnly => (M_METRICS_ONLY, TransitionReason::MetricsOnly),
+                Override::Reset => (M_NORMAL, TransitionReason::Reset),
+            };
+            self.clear_counts();
+            self.opens.store(0, Ordering::Relaxed);
+            if override_ == Override::Reset {
+                self.last_failure.store(0, Ordering::Relaxed);
+            }
+            self.word.store(
+                pack(epoch.wrapping_add(1), new_mode, ST_CLOSED),
+                Ordering::Release,
+            );
+            let (from, to) = (effective(mode, state), effective(new_mode, ST_CLOSED));
+            self.count(from, to);
+            let event = BreakerEvent {
+                at: SystemTime::now(),
+                key: Arc::clone(&self.key),
+                from,
+                to,
+                reason,
+                shadow: false,
+            };
+            ((), Some(event))
         });
     }
 
@@ -1049,6 +1099,82 @@ impl BreakerState {
             time_until_half_open,
             probes_in_flight: in_flight,
             rejections: self.rejections(),
+        }
+    }
+}
+
+/// The breakers whose events this thread is delivering (holding their transition lock),
+/// each with the events of the changes its callbacks made to it meanwhile, to deliver next.
+mod delivery {
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+
+    use crate::events::BreakerEvent;
+
+    type Stack = RefCell<Vec<(usize, VecDeque<BreakerEvent>)>>;
+
+    // Under loom the model's threads are not OS threads: its own thread-locals.
+    #[cfg(not(all(test, toolshield_loom)))]
+    std::thread_local! {
+        static DELIVERING: Stack = const { RefCell::new(Vec::new()) };
+    }
+    #[cfg(all(test, toolshield_loom))]
+    loom::thread_local! {
+        static DELIVERING: Stack = RefCell::new(Vec::new());
+    }
+
+    fn with<R>(f: impl FnOnce(&mut Vec<(usize, VecDeque<BreakerEvent>)>) -> R) -> Option<R> {
+        #[cfg(not(all(test, toolshield_loom)))]
+        return DELIVERING
+            .try_with(|d| d.try_borrow_mut().ok().map(|mut d| f(&mut d)))
+            .ok()
+            .flatten();
+        #[cfg(all(test, toolshield_loom))]
+        return DELIVERING.with(|d| d.try_borrow_mut().ok().map(|mut d| f(&mut d)));
+    }
+
+    /// Whether this thread holds breaker `id`'s transition lock, delivering its events.
+    pub(super) fn holds(id: usize) -> bool {
+        with(|d| d.iter().any(|(b, _)| *b == id)).unwrap_or(false)
+    }
+
+    /// Queues `event` of breaker `id` for the delivery running on this thread.
+    pub(super) fn defer(id: usize, event: BreakerEvent) {
+        with(|d| {
+            if let Some((_, queue)) = d.iter_mut().rev().find(|(b, _)| *b == id) {
+                queue.push_back(event);
+            }
+        });
+    }
+
+    /// This thread delivers the events of breaker `id` while it lives.
+    pub(super) struct Delivering(usize);
+
+    impl Delivering {
+        pub(super) fn enter(id: usize) -> Self {
+            with(|d| d.push((id, VecDeque::new())));
+            Delivering(id)
+        }
+
+        /// The next event a callback's change queued, if any.
+        pub(super) fn next(&self) -> Option<BreakerEvent> {
+            with(|d| {
+                d.iter_mut()
+                    .rev()
+                    .find(|(b, _)| *b == self.0)
+                    .and_then(|(_, queue)| queue.pop_front())
+            })
+            .flatten()
+        }
+    }
+
+    impl Drop for Delivering {
+        fn drop(&mut self) {
+            with(|d| {
+                if let Some(at) = d.iter().rposition(|(b, _)| *b == self.0) {
+                    d.remove(at);
+                }
+            });
         }
     }
 }

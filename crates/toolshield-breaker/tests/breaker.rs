@@ -968,3 +968,96 @@ async fn a_probe_whose_outcome_panics_in_an_event_callback_frees_its_permit() {
         .expect("a probe is admitted");
     assert_eq!(registry.state("t"), CircuitState::Closed);
 }
+
+/// Runs `body` on a thread of its own and fails (instead of hanging the suite) if it does
+/// not finish: a deadlock shows as a failure. The bound is for a deadlock only; the body
+/// takes milliseconds.
+fn finishes<F: FnOnce() + Send + 'static>(body: F) {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        body();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(Duration::from_secs(20)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the body panicked"),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("deadlock: the body did not finish")
+        }
+    }
+}
+
+#[test]
+fn an_event_callback_may_call_its_own_breaker_again() {
+    finishes(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (mut svc, registry, _) = setup(BreakerConfig {
+                consecutive_failures: 1,
+                ..BreakerConfig::default()
+            });
+            let mut rx = registry.subscribe();
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let counts_seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let (sink, counts_sink, control) = (
+                Arc::clone(&seen),
+                Arc::clone(&counts_seen),
+                registry.clone(),
+            );
+            // An auto-heal policy: whatever opens is reset at once; and a metrics read of
+            // the counts from inside the callback.
+            registry.on_event(move |e: &BreakerEvent| {
+                sink.lock().unwrap().push((e.from, e.to, e.reason));
+                counts_sink
+                    .lock()
+                    .unwrap()
+                    .push(control.transition_counts().len());
+                if e.to == CircuitState::Open {
+                    assert_eq!(control.state(&e.key), CircuitState::Open);
+                    control.reset(&e.key);
+                }
+            });
+            // A second callback sees the events in the same order as the first.
+            let second = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let second_sink = Arc::clone(&second);
+            registry.on_event(move |e: &BreakerEvent| {
+                second_sink.lock().unwrap().push((e.from, e.to, e.reason));
+            });
+
+            let _ = call(&mut svc, "t", "fail").await;
+            assert_eq!(
+                registry.state("t"),
+                CircuitState::Closed,
+                "reset by the callback"
+            );
+            let expected = vec![
+                (
+                    CircuitState::Closed,
+                    CircuitState::Open,
+                    TransitionReason::ConsecutiveFailures,
+                ),
+                (
+                    CircuitState::Open,
+                    CircuitState::Closed,
+                    TransitionReason::Reset,
+                ),
+            ];
+            assert_eq!(*seen.lock().unwrap(), expected);
+            assert_eq!(
+                *second.lock().unwrap(),
+                expected,
+                "every sink in transition order"
+            );
+            assert_eq!(drain(&mut rx), expected);
+            assert_eq!(registry.transition_counts().len(), 2);
+            // The breaker still works: it trips again, and is healed again.
+            let _ = call(&mut svc, "t", "fail").await;
+            assert_eq!(registry.state("t"), CircuitState::Closed);
+            assert_eq!(seen.lock().unwrap().len(), 4);
+        });
+    });
+}
