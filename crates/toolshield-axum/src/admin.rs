@@ -73,12 +73,14 @@ pub(crate) fn token_matches(expected: &[u8], header: Option<&HeaderValue>) -> bo
     let Some(value) = header.map(HeaderValue::as_bytes) else {
         return false;
     };
-    let Some(given) = value
-        .strip_prefix(b"Bearer ")
-        .or_else(|| value.strip_prefix(b"bearer "))
-    else {
+    // `Bearer 1*SP token` (RFC 6750 2.1); the scheme is case-insensitive (RFC 7235 2.1).
+    let Some((scheme, rest)) = value.split_at_checked(b"Bearer ".len()) else {
         return false;
     };
+    if !scheme.eq_ignore_ascii_case(b"Bearer ") {
+        return false;
+    }
+    let given = rest.trim_ascii_start();
     given.ct_eq(expected).into()
 }
 

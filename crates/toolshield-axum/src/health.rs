@@ -1,6 +1,6 @@
 //! `GET /healthz`: registered checks, run concurrently, each with a timeout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
@@ -166,6 +166,23 @@ pub(crate) async fn run_checks(checks: &[Registered]) -> BTreeMap<String, Compon
             )
         })
         .collect()
+}
+
+/// The name of the built-in component counting open breakers.
+pub(crate) const BREAKERS_COMPONENT: &str = "breakers";
+
+/// `name`, or `name#2`, `name#3`, ... (the first not in `taken`), recorded in `taken`.
+/// Two components of one name would share one entry of the report, the later hiding the
+/// earlier: a failing core check must never be hidden that way.
+pub(crate) fn unique_name(taken: &mut BTreeSet<Arc<str>>, name: Arc<str>) -> Arc<str> {
+    let mut unique = Arc::clone(&name);
+    let mut n = 2u64;
+    while taken.contains(&unique) {
+        unique = Arc::from(format!("{name}#{n}"));
+        n += 1;
+    }
+    taken.insert(Arc::clone(&unique));
+    unique
 }
 
 pub(crate) fn report(components: BTreeMap<String, Component>) -> HealthReport {

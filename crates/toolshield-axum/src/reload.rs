@@ -97,7 +97,31 @@ pub(crate) async fn reload(
         ReloadSource::Json(_) => "json body",
         ReloadSource::File => "file",
     };
-    match apply(source) {
+    // A callback that panics must not take the connection down unanswered (the client,
+    // the CLI included, would report an unreachable server): a JSON 500, the panic text
+    // logged, never sent.
+    let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(source)));
+    let applied = match applied {
+        Ok(applied) => applied,
+        Err(panic) => {
+            let text = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(no message)");
+            tracing::error!(
+                target: "toolshield::admin",
+                from = what,
+                panic = text,
+                "the reload callback panicked"
+            );
+            return refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error: the reload callback panicked (see the server log); whether the configuration changed is unknown",
+            );
+        }
+    };
+    match applied {
         Ok(summary) => {
             tracing::warn!(
                 target: "toolshield::admin",

@@ -1,5 +1,6 @@
 //! [`ShieldRouter`]: builds the axum `Router`.
 
+use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
@@ -14,7 +15,9 @@ use toolshield_breaker::CircuitState;
 use toolshield_metrics::{PrometheusExporter, PROMETHEUS_CONTENT_TYPE};
 
 use crate::admin::{self, AdminState};
-use crate::health::{self, Component, ComponentStatus, HealthCheck, Importance, Registered};
+use crate::health::{
+    self, Component, ComponentStatus, HealthCheck, Importance, Registered, BREAKERS_COMPONENT,
+};
 use crate::registries::BreakerRegistries;
 use crate::reload::{self, ReloadFn, ReloadSource};
 use toolshield_core::ConfigError;
@@ -76,6 +79,8 @@ impl std::fmt::Debug for ShieldRouter {
 struct HealthState {
     checks: Arc<[Registered]>,
     registries: BreakerRegistries,
+    /// `breakers`, or `breakers#2` if a check took that name.
+    breakers_name: Arc<str>,
 }
 
 impl ShieldRouter {
@@ -86,6 +91,9 @@ impl ShieldRouter {
     }
 
     /// Adds a check; `Core` failures make `/healthz` answer 503.
+    ///
+    /// A name already taken (by an earlier check, or `breakers` by the breaker counts) is
+    /// reported as `NAME#2` (`#3`, ...): two components never share an entry of the report.
     #[must_use]
     pub fn check(
         mut self,
@@ -147,16 +155,18 @@ impl ShieldRouter {
     }
 
     /// Mounts the admin API, guarded by `Authorization: Bearer <token>` (compared in
-    /// constant time). An empty token mounts nothing.
+    /// constant time). Surrounding whitespace is not part of the token (a header cannot
+    /// carry it: a token read from a file with its newline would never match); an empty
+    /// or blank token mounts nothing.
     #[must_use]
     pub fn admin_token(mut self, token: impl AsRef<[u8]>) -> Self {
-        let token = token.as_ref();
+        let token = token.as_ref().trim_ascii();
         self.token = (!token.is_empty()).then(|| Arc::from(token));
         self
     }
 
     /// [`admin_token`](Self::admin_token) from the environment variable `var` (e.g.
-    /// [`ADMIN_TOKEN_ENV`]), if set and not empty.
+    /// [`ADMIN_TOKEN_ENV`]), if set and not blank.
     #[must_use]
     pub fn admin_token_from_env(self, var: &str) -> Self {
         match std::env::var(var) {
@@ -183,9 +193,31 @@ impl ShieldRouter {
 
     /// The axum router; merge it into your app (`app.merge(router)`).
     pub fn build(self) -> Router {
+        // Every component gets a name of its own: checks in the order they were added,
+        // then the breaker counts; a name already taken gets `#2`, `#3`, ...
+        let mut taken = BTreeSet::new();
+        let checks: Arc<[Registered]> = self
+            .checks
+            .into_iter()
+            .map(|mut c| {
+                let name = health::unique_name(&mut taken, Arc::clone(&c.name));
+                if name != c.name {
+                    tracing::warn!(
+                        target: "toolshield::health",
+                        check = &*c.name,
+                        reported_as = &*name,
+                        "health check name already taken: reported under another name"
+                    );
+                }
+                c.name = name;
+                c
+            })
+            .collect();
+        let breakers_name = health::unique_name(&mut taken, Arc::from(BREAKERS_COMPONENT));
         let health_state = HealthState {
-            checks: self.checks.into(),
+            checks,
             registries: self.registries.clone(),
+            breakers_name,
         };
         let mut router = Router::new().route("/healthz", get(healthz).with_state(health_state));
         if let Some(exporter) = self.exporter {
@@ -258,7 +290,7 @@ async fn healthz(State(state): State<HealthState>) -> Response {
             }
         }
         components.insert(
-            "breakers".to_owned(),
+            state.breakers_name.to_string(),
             Component {
                 status: if open + forced_open == 0 {
                     ComponentStatus::Ok

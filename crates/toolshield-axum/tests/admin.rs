@@ -300,3 +300,33 @@ async fn create_true_pre_opens_a_key_not_seen_yet() {
     assert_eq!(a.status, 400, "{}", a.body);
     assert_eq!(registry.state("payments"), CircuitState::Disabled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_with_surrounding_whitespace_is_usable_and_a_blank_one_mounts_nothing() {
+    // A token read from a file or a secret often ends with a newline; a header cannot
+    // carry one, so kept as is it could never match and the admin API would be dead.
+    let registry = BreakerRegistry::default();
+    registry.force_open("weather");
+    let router = ShieldRouter::new()
+        .breakers(registry.clone())
+        .admin_token("  s3cret-token\n")
+        .build();
+    let base = format!("http://{}", serve(router).await);
+    let a = request(
+        "GET",
+        format!("{base}/admin/breakers"),
+        Some("s3cret-token"),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = request("GET", format!("{base}/admin/breakers"), Some("wrong")).await;
+    assert_eq!(a.status, 401);
+
+    let router = ShieldRouter::new()
+        .breakers(registry)
+        .admin_token(" \n\t")
+        .build();
+    let base = format!("http://{}", serve(router).await);
+    let a = request("GET", format!("{base}/admin/breakers"), Some("")).await;
+    assert_eq!(a.status, 404, "a blank token mounts nothing: {}", a.body);
+}

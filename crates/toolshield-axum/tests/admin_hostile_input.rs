@@ -265,3 +265,102 @@ async fn the_token_is_checked_on_every_admin_route_and_method_before_anything_is
     }
     assert_eq!(registry.state("weather"), CircuitState::ForcedOpen);
 }
+
+/// Sends `GET {url}` with `authorization: {header}` exactly as given.
+async fn get_with_authorization(url: String, header: &'static str) -> Answer {
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(20)))
+            .build()
+            .into();
+        let mut resp = agent
+            .get(&url)
+            .header("authorization", header)
+            .call()
+            .expect("response");
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let text = resp.body_mut().read_to_string().expect("body");
+        Answer {
+            status: resp.status().as_u16(),
+            content_type,
+            body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        }
+    })
+    .await
+    .expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_matched_without_regard_to_case_and_nothing_else_passes() {
+    let registry = BreakerRegistry::default();
+    registry.force_open("weather");
+    let base = server(&registry).await;
+    let url = format!("{base}/admin/breakers");
+    // RFC 7235 2.1: the scheme is case-insensitive; RFC 6750 2.1: `Bearer 1*SP token`.
+    for ok in [
+        "Bearer hostile-admin-token",
+        "bearer hostile-admin-token",
+        "BEARER hostile-admin-token",
+        "BeArEr hostile-admin-token",
+        "Bearer   hostile-admin-token",
+    ] {
+        let a = get_with_authorization(url.clone(), ok).await;
+        assert_eq!(a.status, 200, "`{ok}`: {a:?}");
+    }
+    for refused in [
+        "",
+        "Bearer",
+        "Bearer ",
+        "Bearerhostile-admin-token",
+        "Basic hostile-admin-token",
+        "Token hostile-admin-token",
+        "hostile-admin-token",
+        "Bearer hostile-admin-token2",
+        "Bearer hostile-admin-toke",
+        "Bearer HOSTILE-ADMIN-TOKEN",
+        "Bearer hostile-admin-token hostile-admin-token",
+    ] {
+        let a = get_with_authorization(url.clone(), refused).await;
+        assert_json_refusal(&a, 401, &format!("`{refused}`"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_callback_that_panics_is_a_json_500_and_the_server_keeps_serving() {
+    let registry = BreakerRegistry::default();
+    let router = ShieldRouter::new()
+        .breakers(registry.clone())
+        .admin_token(TOKEN)
+        .reload_with(|_source| panic!("secret-detail in a reload bug"))
+        .build();
+    let base = format!("http://{}", serve(router).await);
+    let a = send(
+        "POST",
+        format!("{base}/admin/reload"),
+        Some(TOKEN),
+        Some("application/toml"),
+        b"enabled = true".to_vec(),
+    )
+    .await;
+    assert_json_refusal(&a, 500, "a panicking reload callback");
+    assert!(
+        !a.body.to_string().contains("secret-detail"),
+        "the panic text is logged, never sent: {a:?}"
+    );
+    // The admin API still answers on a new connection.
+    let a = send(
+        "GET",
+        format!("{base}/admin/breakers"),
+        Some(TOKEN),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(a.status, 200, "{a:?}");
+}

@@ -232,3 +232,62 @@ async fn an_answer_that_does_not_confirm_the_action_is_a_failure() {
     assert_eq!(code, EXIT_FAILED);
     assert!(err.contains("did not confirm"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_usage_errors_never_taken_for_an_unreachable_server() {
+    let registry = BreakerRegistry::default();
+    registry.reset("weather");
+    registry.reset(".");
+    registry.reset("..");
+    let addr = serve(
+        ShieldRouter::new()
+            .breakers(registry.clone())
+            .admin_token(TOKEN)
+            .build(),
+    )
+    .await;
+    let url = format!("http://{addr}");
+    // Surrounding whitespace is not part of the token (a secret read from a file).
+    let (code, _, err) = cli(&[
+        "breakers",
+        "status",
+        "--url",
+        &url,
+        "--token",
+        " cli-token\n",
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    // A token that cannot be sent in a header (a control character inside it).
+    for token in ["cli\ntoken", "cli\u{7}token", "cli\rtoken"] {
+        let (code, _, err) = cli(&["breakers", "status", "--url", &url, "--token", token]).await;
+        assert_eq!(code, EXIT_USAGE, "token {token:?}: {err}");
+        assert!(err.contains("token"), "{err}");
+        assert!(!err.contains("cannot reach"), "{err}");
+        assert!(
+            !err.contains(token.trim()),
+            "the token is not echoed: {err}"
+        );
+    }
+    // An empty key names no breaker and no route.
+    for args in [
+        &["breakers", "status", ""][..],
+        &["breakers", "open", ""][..],
+        &["breakers", "reset", "", "--create"][..],
+    ] {
+        let mut argv = args.to_vec();
+        argv.extend(["--url", &url, "--token", TOKEN]);
+        let (code, _, err) = cli(&argv).await;
+        assert_eq!(code, EXIT_USAGE, "{args:?}: {err}");
+        assert!(err.contains("key"), "{err}");
+    }
+    // Keys that are dot segments reach their own breaker, not another route.
+    for key in [".", ".."] {
+        let (code, out, err) =
+            cli(&["breakers", "open", key, "--url", &url, "--token", TOKEN]).await;
+        assert_eq!(code, 0, "{key}: {err}");
+        assert!(out.contains("forced_open"), "{out}");
+        assert_eq!(registry.state(key), CircuitState::ForcedOpen);
+    }
+    assert_eq!(registry.state("weather"), CircuitState::Closed);
+}

@@ -197,3 +197,29 @@ async fn healthz_counts_open_breakers_without_naming_their_keys() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_core_check_is_never_hidden_by_a_component_of_the_same_name() {
+    // A check named like the built-in `breakers` component, and two checks sharing a name:
+    // each failing core check must still fail `/healthz` and be listed.
+    let registry = BreakerRegistry::default();
+    let router = ShieldRouter::new()
+        .core_check("breakers", || async { Err::<(), _>("breaker store down") })
+        .core_check("redis", || async { Err::<(), _>("connection refused") })
+        .core_check("redis", || async { Ok::<_, String>(()) })
+        .breakers(registry)
+        .build();
+    let addr = serve(router).await;
+    let a = request("GET", format!("http://{addr}/healthz"), None).await;
+    assert_eq!(a.status, 503, "{}", a.body);
+    let body = a.json();
+    assert_eq!(body["status"], "degraded");
+    assert_eq!(body["failing"], json!(["breakers", "redis"]), "{body}");
+    let components = &body["components"];
+    assert_eq!(components["breakers"]["error"], "breaker store down");
+    assert_eq!(components["redis"]["error"], "connection refused");
+    assert_eq!(components["redis#2"]["status"], "ok", "{body}");
+    // The built-in breaker counts are still reported, under a name of their own.
+    assert_eq!(components["breakers#2"]["open"], 0, "{body}");
+    assert_eq!(components["breakers#2"]["core"], false, "{body}");
+}

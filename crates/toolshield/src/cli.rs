@@ -181,13 +181,41 @@ fn execute(cli: &Cli) -> Result<Value, Failure> {
             format!("invalid --url `{}`: expected http://host:port", cli.url),
         ));
     }
-    let Some(token) = cli.token.as_deref().filter(|t| !t.is_empty()) else {
+    // Surrounding whitespace is not part of a token, as on the server (a secret read from
+    // a file keeps its newline).
+    let Some(token) = cli
+        .token
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    else {
         return Err((
             EXIT_USAGE,
             "no admin token: pass --token or set TOOLSHIELD_ADMIN_TOKEN".to_owned(),
         ));
     };
+    // A token ureq cannot put in a header (a pasted newline) is the user's mistake, not
+    // an unreachable server. The token itself is never echoed.
+    if ureq::http::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+        return Err((
+            EXIT_USAGE,
+            "the admin token contains a character that cannot be sent in a header (a newline or another control character?)"
+                .to_owned(),
+        ));
+    }
     let Command::Breakers(command) = &cli.command;
+    let key = match command {
+        Breakers::Status { key, .. } => key.as_deref(),
+        Breakers::Open(t) | Breakers::Close(t) | Breakers::MetricsOnly(t) | Breakers::Reset(t) => {
+            Some(t.key.as_str())
+        }
+    };
+    if key == Some("") {
+        return Err((
+            EXIT_USAGE,
+            "the breaker key is empty: give a key, or `all`".to_owned(),
+        ));
+    }
     let (method_post, path, create, registry) = match command {
         Breakers::Status { key, registry } => (
             false,

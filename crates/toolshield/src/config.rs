@@ -308,10 +308,16 @@ fn tool_name_problem(name: &str) -> Option<(String, String)> {
     if let Some(why) = toolshield_core::keys::check_tool_name(name) {
         return Some(("tools".to_owned(), format!("{name:?}: {why}")));
     }
-    (name == "other").then(|| {
-        let why = "`other` is reserved: the metrics label of unregistered tools";
-        (format!("tools.{name}"), why.to_owned())
-    })
+    let why = match name {
+        "other" => "`other` is reserved: the metrics label of unregistered tools",
+        // `ReloadSummary` (`changed`, `breaker_settings_kept`) names the defaults section
+        // `defaults` among tool names: a tool of that name would make an entry mean either.
+        "defaults" => {
+            "`defaults` is reserved: the name of the defaults section (in reload summaries too)"
+        }
+        _ => return None,
+    };
+    Some((format!("tools.{name}"), why.to_owned()))
 }
 
 fn single(field: &str, message: impl std::fmt::Display) -> ConfigError {

@@ -204,7 +204,8 @@ pub struct ReloadSummary {
     pub added: Vec<String>,
     /// Tool sections it removes (those tools now run on the defaults).
     pub removed: Vec<String>,
-    /// Sections whose settings changed (`defaults` and tool names).
+    /// Sections whose settings changed (`defaults` and tool names; no tool may be named
+    /// `defaults`, so the entry always means the defaults section).
     pub changed: Vec<String>,
     /// Sections whose breaker settings changed but whose breakers keep their registry,
     /// state and thresholds (a registry's thresholds are fixed when it is created; see

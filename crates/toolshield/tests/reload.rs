@@ -554,3 +554,30 @@ async fn a_cache_given_and_taken_away_by_a_reload_is_in_force_at_once() {
     assert_eq!(res.output["n"], 4);
     assert_eq!(calls.load(Ordering::SeqCst), 4);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_summary_entry_named_defaults_always_means_the_defaults_section() {
+    // `changed` and `breaker_settings_kept` name the defaults `defaults` and tools by
+    // their names: a tool named `defaults` would make an entry mean either. The name is
+    // reserved, in a file and in a configuration built in code, at build and at reload.
+    let err = ShieldConfig::from_toml_str("[tools.defaults]\nretry = { max_attempts = 2 }\n")
+        .expect_err("a tool named `defaults`");
+    assert_eq!(problem_fields(&err), ["tools.defaults"], "{err}");
+    assert!(err.to_string().contains("reserved"), "{err}");
+
+    let shield = shield(&flaky(2));
+    let mut ambiguous = config(&flaky(2));
+    let mut tool = ambiguous.defaults.clone();
+    tool.retry.max_attempts = 3;
+    ambiguous.tools.insert("defaults".to_owned(), tool);
+    let err = shield.reload(ambiguous.clone()).expect_err("refused");
+    assert_eq!(problem_fields(&err), ["tools.defaults"], "{err}");
+    assert_eq!(shield.generation(), 1);
+    assert!(Shield::from_config(ambiguous).is_err());
+
+    // What `defaults` in a summary means: the defaults section changed.
+    let mut new_defaults = config(&flaky(2));
+    new_defaults.defaults.retry.max_attempts = 5;
+    let summary = shield.reload(new_defaults).expect("reload");
+    assert_eq!(summary.changed, ["defaults"]);
+}
