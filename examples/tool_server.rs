@@ -64,8 +64,14 @@ async fn call_tool(
 fn reload_from(shield: &Shield, path: &FsPath, why: &str) {
     match ShieldConfig::load(path).and_then(|config| shield.reload(config)) {
         Ok(s) => println!(
-            "[reload: {why}] generation {}: added {:?}, removed {:?}, changed {:?}, breaker settings kept {:?}",
-            s.generation, s.added, s.removed, s.changed, s.breaker_settings_kept
+            "[reload: {why}] generation {}: added {:?}, removed {:?}, changed {:?}, breaker settings kept {:?}, flow settings kept {:?}, runs kept {}",
+            s.generation,
+            s.added,
+            s.removed,
+            s.changed,
+            s.breaker_settings_kept,
+            s.flow_settings_kept,
+            s.runs_kept
         ),
         Err(e) => eprintln!("[reload: {why}] refused, the running configuration stays: {e}"),
     }

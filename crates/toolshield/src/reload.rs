@@ -214,4 +214,12 @@ pub struct ReloadSummary {
     /// Breaker registries the reload created (tools added with breaker settings of their
     /// own).
     pub new_registries: Vec<String>,
+    /// Tools already wrapped whose flow-control settings (bulkhead, rate limit, run budget,
+    /// hedging, fault injection) changed: those layers are built when a tool is first
+    /// wrapped and keep their settings and state for the life of the shield, so the new
+    /// settings are **not** in force for them (see docs/reload.md). Restart to apply them.
+    pub flow_settings_kept: Vec<String>,
+    /// Whether the `[runs]` table changed: it is read once, when the shield is built, so
+    /// the new run budgets are **not** in force. Restart to apply them.
+    pub runs_kept: bool,
 }

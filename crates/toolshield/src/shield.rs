@@ -251,6 +251,16 @@ fn own_registry_name(tool: &str) -> String {
     }
 }
 
+/// Whether the flow-control settings a tool is wrapped with (kept for the life of the
+/// shield) differ between two configurations of it.
+fn flow_settings_differ(before: &ToolConfig, after: &ToolConfig) -> bool {
+    before.bulkhead != after.bulkhead
+        || before.rate_limit != after.rate_limit
+        || before.budget != after.budget
+        || before.hedge != after.hedge
+        || before.faults != after.faults
+}
+
 /// A generation of policies built from a configuration, not yet published.
 struct Built {
     policies: Policies,
@@ -628,11 +638,18 @@ impl Shield {
         {
             // The new configuration's tools, and every wrapped one (its services live on).
             let wrapped = lock(&self.kept.flows);
+            // A wrapped tool keeps the flow-control layers it was wrapped with: a change
+            // of their settings is reported, never silently listed as applied.
+            summary.flow_settings_kept = (wrapped.keys())
+                .filter(|tool| flow_settings_differ(before.tool(tool), config.tool(tool)))
+                .cloned()
+                .collect();
             *write(&self.kept.breaker_keys) = (config.tools.keys())
                 .chain(wrapped.keys())
                 .cloned()
                 .collect();
         }
+        summary.runs_kept = before.runs != config.runs;
         write(&self.kept.breakers).extend(built.new_registries);
         summary.generation = self.policies.publish(built.policies);
         tracing::info!(
@@ -642,6 +659,8 @@ impl Shield {
             removed = ?summary.removed,
             changed = ?summary.changed,
             breaker_settings_kept = ?summary.breaker_settings_kept,
+            flow_settings_kept = ?summary.flow_settings_kept,
+            runs_kept = summary.runs_kept,
             "configuration reloaded"
         );
         Ok(summary)

@@ -581,3 +581,59 @@ async fn a_reload_summary_entry_named_defaults_always_means_the_defaults_section
     let summary = shield.reload(new_defaults).expect("reload");
     assert_eq!(summary.changed, ["defaults"]);
 }
+
+/// A tool's flow-control layers are built when it is first wrapped and kept for the life
+/// of the shield, and `[runs]` is read once: a reload that changes them is reported as not
+/// in force, for the tools already wrapped only, never listed as if it were applied.
+#[tokio::test]
+async fn flow_settings_a_reload_cannot_apply_are_reported_as_kept() {
+    let before = r#"
+        [tools.wrapped]
+        kind = "read_only"
+        bulkhead = { max_concurrent = 1 }
+
+        [tools.not_wrapped]
+        kind = "read_only"
+        bulkhead = { max_concurrent = 1 }
+
+        [tools.unchanged]
+        kind = "read_only"
+        bulkhead = { max_concurrent = 1 }
+    "#;
+    let shield = shield(before);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (_wrapped, _unchanged) = (
+        shield.wrap("wrapped", counting(&calls)),
+        shield.wrap("unchanged", counting(&calls)),
+    );
+
+    // Only the timeout changes: everything reloads, nothing is kept.
+    let timeout_only = before.replace(
+        "[tools.wrapped]\n",
+        "[tools.wrapped]\n        timeout = { attempt = \"5s\" }\n",
+    );
+    let summary = shield.reload(config(&timeout_only)).expect("reload");
+    assert_eq!(summary.changed, vec!["wrapped".to_owned()]);
+    assert!(summary.flow_settings_kept.is_empty(), "{summary:?}");
+    assert!(!summary.runs_kept);
+
+    // The bulkheads of `wrapped` and `not_wrapped` and the run budgets change.
+    let flow_changed = timeout_only
+        .replace(
+            "bulkhead = { max_concurrent = 1 }\n\n        [tools.not_wrapped]",
+            "bulkhead = { max_concurrent = 5 }\n\n        [tools.not_wrapped]",
+        )
+        .replace(
+            "bulkhead = { max_concurrent = 1 }\n\n        [tools.unchanged]",
+            "bulkhead = { max_concurrent = 5 }\n\n        [tools.unchanged]",
+        )
+        + "\n        [runs]\n        run_max_calls = 10\n";
+    let summary = shield.reload(config(&flow_changed)).expect("reload");
+    assert_eq!(
+        summary.flow_settings_kept,
+        vec!["wrapped".to_owned()],
+        "only a wrapped tool keeps its flow layers: {summary:?}"
+    );
+    assert!(summary.runs_kept, "[runs] is read once: {summary:?}");
+    assert!(summary.changed.contains(&"not_wrapped".to_owned()));
+}
