@@ -421,7 +421,12 @@ const MAX_SECTION_PROBLEMS: usize = 64;
 /// Deserializes one section, listing every problem in it under `prefix`, not only the
 /// first one serde meets: after each problem the offending field is taken out and the
 /// section read again. An unknown field is reported at its own path
-/// (`defaults.retry.backoff.bsae`). `None` if there was any problem.
+/// (`defaults.retry.backoff.bsae`).
+///
+/// The section read without its offending fields (their defaults in their place), so the
+/// ranges and rules of the others are still checked and reported in the same answer; a
+/// configuration with any problem is refused all the same. `None` when no such reading
+/// was found.
 fn deserialize_all<T: DeserializeOwned>(
     mut value: Value,
     prefix: &str,
@@ -430,7 +435,7 @@ fn deserialize_all<T: DeserializeOwned>(
     let mut reported: Vec<String> = Vec::new();
     while reported.len() < MAX_SECTION_PROBLEMS {
         let e = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-            Ok(t) => return reported.is_empty().then_some(t),
+            Ok(t) => return Some(t),
             Err(e) => e,
         };
         let mut segments: Vec<Segment> = e.path().iter().cloned().collect();
