@@ -104,11 +104,7 @@ pub(crate) async fn reload(
     let applied = match applied {
         Ok(applied) => applied,
         Err(panic) => {
-            let text = panic
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("(no message)");
+            let text = toolshield_core::panic::payload_text(&*panic);
             tracing::error!(
                 target: "toolshield::admin",
                 from = what,

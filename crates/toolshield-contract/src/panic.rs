@@ -120,7 +120,9 @@ where
     }
 }
 
-fn payload_text(payload: &(dyn Any + Send)) -> &str {
+/// The text of a caught panic's payload (`panic!("...")` makes a `&str` or a `String`):
+/// for a log line, never for an error a caller or a model sees (it may hold anything).
+pub fn payload_text(payload: &(dyn Any + Send)) -> &str {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
         s
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -462,14 +462,26 @@ fn write_members<'a, S: Sink>(
     depth: usize,
 ) -> Result<(), NoCanonicalForm> {
     for (k, v) in members {
-        if !first {
-            out.put_byte(b',');
-        }
-        first = false;
-        write_str(k, true, out);
-        write_canonical(v, out, depth + 1)?;
+        write_member(k, v, &mut first, out, depth)?;
     }
     Ok(())
+}
+
+/// Writes one member of an object at `depth`, after a comma unless it is the `first`.
+#[inline(always)]
+fn write_member<S: Sink>(
+    key: &str,
+    value: &Value,
+    first: &mut bool,
+    out: &mut S,
+    depth: usize,
+) -> Result<(), NoCanonicalForm> {
+    if !*first {
+        out.put_byte(b',');
+    }
+    *first = false;
+    write_str(key, true, out);
+    write_canonical(value, out, depth + 1)
 }
 
 /// Writes the members of a map that iterates in byte order of its keys (serde_json's
@@ -494,12 +506,7 @@ fn write_byte_ordered_members<S: Sink>(
             let rest = sorted_by_utf16(std::iter::once((k, v)).chain(members));
             return write_members(rest, first, out, depth);
         }
-        if !first {
-            out.put_byte(b',');
-        }
-        first = false;
-        write_str(k, true, out);
-        write_canonical(v, out, depth + 1)?;
+        write_member(k, v, &mut first, out, depth)?;
     }
     Ok(())
 }
