@@ -439,6 +439,9 @@ fn write_canonical<S: Sink>(
         }
         Value::Object(map) => {
             out.put_byte(b'{');
+            // serde_json's map is a `BTreeMap`, ordered by bytes, unless its
+            // `preserve_order` feature is on (anywhere in the build: features unify), when
+            // it keeps insertion order: its keys are then checked key by key first.
             if map_orders_by_bytes() {
                 write_byte_ordered_members(map, out, depth)?;
             } else if keys_ascending(map.keys().map(String::as_str)) {
