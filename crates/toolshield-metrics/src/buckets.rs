@@ -17,10 +17,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use metrics::{HistogramFn, Key, SharedString};
 use metrics_exporter_prometheus::formatting::{
-    sanitize_description, sanitize_label_key, sanitize_label_value, sanitize_metric_name,
+    sanitize_description, sanitize_label_key, sanitize_metric_name,
 };
 use toolshield_core::stripes::{slot, width};
 
+use crate::exposition::escape_label_value;
 use crate::names::TOOL_DURATION_SECONDS;
 use crate::prometheus::DURATION_BUCKETS;
 
@@ -91,12 +92,9 @@ impl Durations {
         for s in &series {
             labels.clear();
             for label in s.key.labels() {
-                let _ = write!(
-                    labels,
-                    "{}=\"{}\",",
-                    sanitize_label_key(label.key()),
-                    sanitize_label_value(label.value())
-                );
+                let _ = write!(labels, "{}=\"", sanitize_label_key(label.key()));
+                escape_label_value(&mut labels, label.value());
+                labels.push_str("\",");
             }
             let counts = s.counts();
             let mut cumulative = 0u64;

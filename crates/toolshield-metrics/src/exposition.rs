@@ -6,6 +6,47 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use metrics::{Key, Label};
+
+/// Appends `value` escaped as a label value of the text format: `\\`, `\"` and `\n` for a
+/// backslash, a quote and a line feed, every other character as is (an injective escape:
+/// two values are written alike only when they are equal).
+pub(crate) fn escape_label_value(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// `key` as it must reach the Prometheus recorder for its label values to be rendered
+/// exactly: that recorder's escaper takes a backslash followed by a backslash, a quote or
+/// a line feed for an escape already made and drops or merges it, so two different
+/// values (`a\"b` and `a"b`, or `a\\b` and `a\b`) would be written as one series.
+/// Each backslash doubled, it writes the exact escape of the original. `None` when no
+/// label value has a backslash (the key is passed on as is). Called when a series is
+/// registered, never per sample.
+pub(crate) fn recorder_key(key: &Key) -> Option<Key> {
+    if !key.labels().any(|l| l.value().contains('\\')) {
+        return None;
+    }
+    let labels: Vec<Label> = key
+        .labels()
+        .map(|l| {
+            let value = l.value();
+            if value.contains('\\') {
+                Label::new(l.key().to_owned(), value.replace('\\', "\\\\"))
+            } else {
+                l.clone()
+            }
+        })
+        .collect();
+    Some(Key::from_parts(key.name().to_owned(), labels))
+}
+
 /// A sample value: summed with another one of the same series.
 #[derive(Clone, Copy)]
 enum Sample<'a> {

@@ -2,6 +2,7 @@
 //! exposition, drain histogram samples periodically, and refresh collectors before each
 //! render.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use metrics_exporter_prometheus::{
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::buckets::{is_duration, Durations};
+use crate::exposition::recorder_key;
 use crate::names::TOOL_DURATION_SECONDS;
 use crate::striped::Stripes;
 use crate::target::MetricsTarget;
@@ -98,11 +100,11 @@ impl Recorder for Draining {
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
         self.cells
             .stripes
-            .counter(self.inner.register_counter(key, metadata))
+            .counter(self.inner.register_counter(escaped(key).as_ref(), metadata))
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-        self.inner.register_gauge(key, metadata)
+        self.inner.register_gauge(escaped(key).as_ref(), metadata)
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
@@ -110,9 +112,19 @@ impl Recorder for Draining {
             return Histogram::from_arc(self.cells.durations.series(key));
         }
         self.cells.stripes.histogram(
-            self.inner.register_histogram(key, metadata),
+            self.inner
+                .register_histogram(escaped(key).as_ref(), metadata),
             self.handle.clone(),
         )
+    }
+}
+
+/// `key` as the Prometheus recorder must be given it to render its label values exactly
+/// (see [`recorder_key`]): borrowed when it needs no change.
+fn escaped(key: &Key) -> Cow<'_, Key> {
+    match recorder_key(key) {
+        Some(k) => Cow::Owned(k),
+        None => Cow::Borrowed(key),
     }
 }
 

@@ -267,3 +267,71 @@ async fn a_tool_name_needing_escapes_cannot_forge_a_duration_series() {
         "one family"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn tool_names_differing_in_escaped_characters_stay_distinct_series() {
+    // Registered names a naive escaper confuses: a backslash before a quote, a backslash,
+    // a newline or another character, and a very long name. Each keeps its own series,
+    // and every label value parses back to the name exactly.
+    let long = "x\\\"\n".repeat(2_000);
+    let names: Vec<&str> = vec![
+        "a\"b", "a\\\"b", "a\\b", "a\\\\b", "a\nb", "a\\\nb", "a\\nb", "tail\\", &long,
+    ];
+    let exporter = local_prometheus();
+    let mut svc = MetricsLayer::build(
+        MetricsConfig::with_tools(names.iter().copied()),
+        exporter.target(),
+    )
+    .unwrap()
+    .layer(toolshield_test::BareTool);
+    for (i, tool) in names.iter().enumerate() {
+        for _ in 0..=i {
+            let req = ToolRequest::new(*tool, json!({}));
+            svc.ready().await.unwrap().call(req).await.unwrap();
+        }
+    }
+    let text = exporter.render();
+    let exp = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    for family in ["tool_execution_total", "tool_duration_seconds_count"] {
+        let want: BTreeMap<Labels, f64> = names
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                (
+                    labels_of(&[("tool", t), ("status", "success")]),
+                    (i + 1) as f64,
+                )
+            })
+            .collect();
+        assert_eq!(exp.series(family), want, "{family}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn gauge_and_histogram_label_values_differing_in_backslashes_stay_distinct_series() {
+    // The breaker collector's gauges and any other histogram go through the recorder too:
+    // keys (caller ids with a per-caller key function) that differ only in backslashes
+    // keep their own series.
+    use metrics::{Key, Label};
+    let exporter = local_prometheus();
+    let target = exporter.target();
+    let keys = ["k\\\"x", "k\"x", "k\\\\x", "k\\x"];
+    for (i, k) in keys.iter().enumerate() {
+        let labels = vec![Label::new("key", (*k).to_owned())];
+        target
+            .gauge(&Key::from_parts("hostile_gauge", labels.clone()))
+            .set((i + 1) as f64);
+        target
+            .histogram(&Key::from_parts("hostile_histogram", labels))
+            .record((i + 1) as f64);
+    }
+    let text = exporter.render();
+    let exp = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    let want: BTreeMap<Labels, f64> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (labels_of(&[("key", k)]), (i + 1) as f64))
+        .collect();
+    assert_eq!(exp.series("hostile_gauge"), want);
+    assert_eq!(exp.series("hostile_histogram_sum"), want);
+}
