@@ -6,13 +6,23 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio_util::sync::WaitForCancellationFutureOwned;
-use toolshield_contract::{CallTokens, ToolError};
+use toolshield_contract::{CallTokens, ErrorKind, ToolError};
 
 fn cancelled_error(before: bool) -> ToolError {
     if before {
         ToolError::cancelled("call cancelled before it started")
     } else {
         ToolError::cancelled("call cancelled")
+    }
+}
+
+/// The error of a call that failed: `CANCELLED` if its caller cancelled it by then.
+/// Only on the error path.
+fn cancelled_failure(error: ToolError, tokens: &CallTokens) -> ToolError {
+    if error.kind() != ErrorKind::Cancelled && tokens.call().is_cancelled() {
+        cancelled_error(false).with_source(error)
+    } else {
+        error
     }
 }
 
@@ -105,9 +115,11 @@ where
                 mut waiter,
             } => {
                 // The call wins a tie: a result that is already there is worth more than
-                // an error.
+                // an error. A failure once the caller cancelled is the cancellation's
+                // doing (a tool that gave up when its token fired): it ends `CANCELLED`,
+                // the tool's error kept as the source.
                 if let Poll::Ready(result) = inner.poll(cx) {
-                    result.map_err(Into::into)
+                    result.map_err(|e| cancelled_failure(e.into(), tokens))
                 } else {
                     if let WaiterProj::Idle = waiter.as_mut().project() {
                         waiter.set(Waiter::Waiting {

@@ -134,3 +134,48 @@ async fn tool_errors_pass_through() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_gives_up_on_its_token_still_ends_the_call_cancelled() {
+    // The tool watches its attempt token (as it should) and fails when it fires: that
+    // failure is the cancellation's doing, so the caller is told CANCELLED, whichever
+    // of the two is polled first.
+    let tool = service_fn(|req: ToolRequest| {
+        let token = req.attempt_token().clone();
+        async move {
+            token.cancelled().await;
+            Err::<ToolResponse, _>(ToolError::new(ErrorKind::ExecutionFailed, "aborted"))
+        }
+    });
+    let svc = CancelLayer::new().layer(tool);
+    let token = CancellationToken::new();
+    let req = ToolRequest::new("search", json!({})).cancel_token(token.clone());
+    let call = tokio::spawn(svc.oneshot(req));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    token.cancel();
+    let err = call.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled, "{err}");
+    assert_eq!(
+        DefaultClassifier.classify(&Err::<ToolResponse, _>(err)),
+        Outcome::Cancelled
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_that_is_already_there_wins_over_a_cancel() {
+    let tool = service_fn(|req: ToolRequest| {
+        let token = req.attempt_token().clone();
+        async move {
+            token.cancelled().await;
+            Ok::<_, ToolError>(ToolResponse::new(json!("finished anyway")))
+        }
+    });
+    let svc = CancelLayer::new().layer(tool);
+    let token = CancellationToken::new();
+    let req = ToolRequest::new("search", json!({})).cancel_token(token.clone());
+    let call = tokio::spawn(svc.oneshot(req));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    token.cancel();
+    let res = call.await.unwrap().unwrap();
+    assert_eq!(res.output, json!("finished anyway"));
+}

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
+use tokio::time::{sleep_until, Sleep};
 use toolshield_core::{
-    AttemptGuard, CallKind, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
+    time, AttemptGuard, CallKind, CallState, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
 };
 use tower::ServiceExt;
 
@@ -38,9 +39,10 @@ pin_project! {
     #[project = StateProj]
     enum State<F, Req, Res> {
         Primary { #[pin] fut: F },
-        // `guard` cancels the tier's attempt token if the tier is dropped unfinished.
+        // `guard` cancels the tier's attempt token if the tier is dropped unfinished or
+        // cut by the deadline (`fut` gives `None`).
         Tier {
-            fut: BoxFuture<Result<Res, ToolError>>,
+            fut: BoxFuture<Option<Result<Res, ToolError>>>,
             index: usize,
             guard: Option<AttemptGuard>,
         },
@@ -105,10 +107,20 @@ where
                     let Poll::Ready(result) = fut.as_mut().poll(cx) else {
                         return Poll::Pending;
                     };
-                    // Finished: its attempt token is not cancelled.
-                    if let Some(guard) = guard.take() {
-                        guard.disarm();
-                    }
+                    let result = match result {
+                        // Finished: its attempt token is not cancelled.
+                        Some(result) => {
+                            if let Some(guard) = guard.take() {
+                                guard.disarm();
+                            }
+                            result
+                        }
+                        // Cut by the request's deadline: its attempt token is cancelled.
+                        None => {
+                            drop(guard.take());
+                            Err(ToolError::timeout("call reached its deadline"))
+                        }
+                    };
                     match result {
                         Ok(mut res) => {
                             res.mark_tier(&this.shared.tiers[*index].name);
@@ -164,20 +176,25 @@ where
                         )));
                     };
                     let skip: &[usize] = if *this.mutating { this.ran } else { &[] };
-                    match start_tier(
+                    let next = start_tier(
                         this.shared,
                         this.req,
                         0,
                         Some(last_tier),
                         Some(last_error),
                         skip,
-                    ) {
-                        Some(next) => {
+                    );
+                    match next {
+                        Err(cancelled) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(cancelled));
+                        }
+                        Ok(Some(next)) => {
                             this.errors.clear();
                             this.state.set(next);
                             continue;
                         }
-                        None => {
+                        Ok(None) => {
                             // No tier may take it: the last round's errors stand.
                             let error = combine(this.errors);
                             this.state.set(State::Done);
@@ -202,6 +219,13 @@ where
                 skip,
             );
             this.errors.push((failed_at, error));
+            let next = match next {
+                Ok(next) => next,
+                Err(cancelled) => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(Err(cancelled));
+                }
+            };
             if let Some(next) = next {
                 this.state.set(next);
                 continue;
@@ -221,6 +245,11 @@ where
 
             this.shared.stats.exhausted.fetch_add(1, Ordering::Relaxed);
             if let (Some(hook), Some(req)) = (&this.shared.escalate, this.req.as_ref()) {
+                // The caller gave up: nothing more is tried, the hook is not asked.
+                if call_cancelled(req) {
+                    this.state.set(State::Done);
+                    return Poll::Ready(Err(cancelled_error()));
+                }
                 if *this.escalations < this.shared.max_escalations {
                     this.shared
                         .stats
@@ -282,8 +311,23 @@ fn hook_panicked(
     }
 }
 
+/// Whether the caller cancelled the call `req` belongs to.
+fn call_cancelled<Req: ShieldRequest>(req: &Req) -> bool {
+    req.call_state()
+        .is_some_and(|s| s.tokens().call().is_cancelled())
+}
+
+/// The error of a call whose caller cancelled it before a tier (or the hook) could run.
+#[cold]
+fn cancelled_error() -> ToolError {
+    ToolError::cancelled("call cancelled before the fallback tier started")
+}
+
 /// The first tier at or after `from`, not in `skip`, whose predicate accepts `error`,
-/// already called.
+/// already called; `Ok(None)` when no tier takes it or the request's deadline has passed
+/// (the last error stands, as retry returns it), `Err(CANCELLED)` when the caller
+/// cancelled the call: a tier is another try at the call, and is never started for a
+/// caller who gave up or after the call's time is up.
 fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'static>(
     shared: &Arc<Shared<Req, Res>>,
     req: &Option<Req>,
@@ -291,15 +335,34 @@ fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'stati
     failed_at: Option<&Arc<str>>,
     error: Option<&ToolError>,
     skip: &[usize],
-) -> Option<State<F, Req, Res>> {
-    let req = req.as_ref()?;
-    let (index, tier) = shared
+) -> Result<Option<State<F, Req, Res>>, ToolError> {
+    let Some(req) = req.as_ref() else {
+        return Ok(None);
+    };
+    let Some((index, tier)) = shared
         .tiers
         .iter()
         .enumerate()
         .skip(from)
         .filter(|(i, _)| !skip.contains(i))
-        .find(|(_, t)| error.is_none_or(|e| (t.predicate)(req, e)))?;
+        .find(|(_, t)| error.is_none_or(|e| (t.predicate)(req, e)))
+    else {
+        return Ok(None);
+    };
+    if call_cancelled(req) {
+        return Err(cancelled_error());
+    }
+    // The one clock read of a hand-over (the failure path only).
+    let deadline = req.call_state().and_then(CallState::deadline);
+    if deadline.is_some_and(|deadline| deadline <= time::now()) {
+        tracing::info!(
+            target: "toolshield::fallback",
+            tool = req.call_name().unwrap_or(""),
+            to = &*tier.name,
+            "no fallback tier started: the call's deadline has passed"
+        );
+        return Ok(None);
+    }
     if let (Some(from_tier), Some(e)) = (failed_at, error) {
         tracing::info!(
             target: "toolshield::fallback",
@@ -320,10 +383,41 @@ fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'stati
     let guard = req
         .call_state()
         .map(|state| state.tokens().clone().guard_attempt());
-    let fut = tier.service.clone().oneshot(req);
-    Some(State::Tier {
+    // Raced against the request's deadline: a tier is held to it whether or not the
+    // service it wraps has a timeout of its own.
+    let fut = Bounded {
+        fut: tier.service.clone().oneshot(req),
+        sleep: deadline.map(sleep_until),
+    };
+    Ok(Some(State::Tier {
         fut: Box::pin(fut),
         index,
         guard,
-    })
+    }))
+}
+
+pin_project! {
+    /// A tier's future raced against the request's deadline: `None` once the deadline is
+    /// reached first (a result ready in the same poll wins).
+    struct Bounded<F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        sleep: Option<Sleep>,
+    }
+}
+
+impl<F: Future> Future for Bounded<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.fut.poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        match this.sleep.as_pin_mut() {
+            Some(sleep) => sleep.poll(cx).map(|()| None),
+            None => Poll::Pending,
+        }
+    }
 }

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use toolshield_core::panic::CatchPanicLayer;
 use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
@@ -128,9 +129,22 @@ where
         S::Future: Send + 'static,
         P: Fn(&Req, &ToolError) -> bool + Send + Sync + 'static,
     {
+        let name: Arc<str> = name.into();
+        // A tier is application code the caller's stack does not wrap: a panic in it
+        // ends the call with `INTERNAL` ("the tool panicked") instead of unwinding into
+        // the caller's task. The text is logged, never put in the error.
+        let tier_name = Arc::clone(&name);
+        let catch = CatchPanicLayer::new().on_panic(move |text: &str| {
+            tracing::error!(
+                target: "toolshield::fallback",
+                tier = &*tier_name,
+                panic = text,
+                "a fallback tier panicked"
+            );
+        });
         let tier = Tier {
-            name: name.into(),
-            service: BoxCloneSyncService::new(service.map_err(Into::into)),
+            name,
+            service: BoxCloneSyncService::new(catch.layer(service.map_err(Into::into))),
             predicate: Arc::new(predicate),
         };
         self.rebuild(|tiers, _, _| tiers.push(tier))

@@ -211,18 +211,21 @@ where
         let (deadline, guard) = match req.call_state_mut() {
             Some(state) => {
                 state.set_deadline(own);
+                let deadline = state.deadline().unwrap_or(own);
+                // Checked before the guard exists: a call that never starts leaves the
+                // attempt token (shared by the caller's clones of the request) alone.
+                if deadline <= start {
+                    return passed(start);
+                }
                 (
-                    state.deadline().unwrap_or(own),
+                    deadline,
                     self.guard.then(|| state.tokens().clone().guard_attempt()),
                 )
             }
             None => (own, None),
         };
         if deadline <= start {
-            return ResponseFuture::failed(
-                ToolError::timeout("deadline passed before the call started"),
-                start,
-            );
+            return passed(start);
         }
         ResponseFuture::running(
             self.inner.call(req),
@@ -234,4 +237,13 @@ where
             None,
         )
     }
+}
+
+/// The answer of [`Deadline`] to a call whose deadline passed before it started.
+#[cold]
+fn passed<F>(start: tokio::time::Instant) -> ResponseFuture<F> {
+    ResponseFuture::failed(
+        ToolError::timeout("deadline passed before the call started"),
+        start,
+    )
 }

@@ -111,3 +111,38 @@ async fn a_total_deadline_cut_short_by_the_requests_deadline_says_so() {
     );
     assert!(e.message().contains("reached its deadline"), "{e}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_rejected_for_a_passed_deadline_cancels_no_attempt_token() {
+    // Both layers refuse a request whose deadline has passed without calling the tool;
+    // neither cancels the attempt token that no attempt used (the caller's clones of
+    // the request share it, and a later send with a new deadline would start cancelled).
+    let start = Instant::now();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let deadline =
+        toolshield_timeout::DeadlineLayer::new(Duration::from_secs(30)).layer(hung(calls.clone()));
+    let timeout = TimeoutLayer::new(Duration::from_secs(30)).layer(hung(calls.clone()));
+    for (name, err) in [
+        ("deadline", {
+            let req = read(start);
+            let kept = req.clone();
+            let e = deadline.clone().oneshot(req).await.unwrap_err();
+            (e, kept)
+        }),
+        ("timeout", {
+            let req = read(start);
+            let kept = req.clone();
+            let e = timeout.clone().oneshot(req).await.unwrap_err();
+            (e, kept)
+        }),
+    ] {
+        let (e, kept) = err;
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{name}: {e}");
+        assert!(
+            !kept.attempt_token().is_cancelled(),
+            "{name}: the attempt token of a call that never started was cancelled"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
