@@ -293,11 +293,7 @@ fn hook_panicked(
     payload: &Box<dyn std::any::Any + Send>,
     errors: &[(Arc<str>, ToolError)],
 ) -> ToolError {
-    let text = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a non-string panic payload");
+    let text = toolshield_core::panic::payload_text(&**payload);
     tracing::error!(
         target: "toolshield::fallback",
         panic = text,
