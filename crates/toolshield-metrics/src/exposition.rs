@@ -10,8 +10,9 @@ use metrics::{Key, Label};
 
 /// Appends `value` escaped as a label value of the text format: `\\`, `\"` and `\n` for a
 /// backslash, a quote and a line feed, every other character as is (an injective escape:
-/// two values are written alike only when they are equal).
-pub(crate) fn escape_label_value(out: &mut String, value: &str) {
+/// two values are written alike only when they are equal). For collectors that render
+/// families of their own.
+pub fn escape_label_value(out: &mut String, value: &str) {
     for c in value.chars() {
         match c {
             '\\' => out.push_str("\\\\"),

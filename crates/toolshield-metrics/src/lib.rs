@@ -34,6 +34,7 @@
 
 mod buckets;
 mod exposition;
+pub use exposition::escape_label_value;
 mod future;
 mod handles;
 mod layer;

@@ -432,7 +432,7 @@ impl<'a> Family<'a> {
             }
             self.out.push_str(name);
             self.out.push_str("=\"");
-            escape_label_value(self.out, value);
+            toolshield_metrics::escape_label_value(self.out, value);
             self.out.push('"');
         }
         let _ = writeln!(self.out, "}} {value}");
@@ -441,19 +441,6 @@ impl<'a> Family<'a> {
     fn end(self) {
         if self.header.is_none() {
             self.out.push('\n');
-        }
-    }
-}
-
-/// Escapes a label value for the text format: `\`, `"` and line feeds (injective, so two
-/// keys never render alike).
-fn escape_label_value(out: &mut String, value: &str) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
         }
     }
 }
