@@ -168,8 +168,16 @@ impl CallGuard {
         }
     }
 
+    /// Whether the call's outcome is still to be recorded.
     #[inline(always)]
-    pub(crate) fn finish(mut self, outcome: Outcome, marked_slow: bool) {
+    pub(crate) fn is_pending(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// Records the call's outcome and gives the handle back; once only (a second outcome
+    /// is ignored).
+    #[inline(always)]
+    pub(crate) fn finish(&mut self, outcome: Outcome, marked_slow: bool) {
         let Some(breaker) = self.state.take() else {
             return;
         };
@@ -204,12 +212,25 @@ pin_project! {
     /// The future of [`Breaker`](crate::Breaker): the inner call, recorded when it
     /// completes, or the `CIRCUIT_OPEN` rejection.
     pub struct ResponseFuture<F, C> {
-        // `None` for a rejected call, which never reached the inner service.
         #[pin]
-        fut: Option<F>,
-        guard: Option<CallGuard>,
+        kind: Kind<F>,
         classifier: C,
-        rejection: Option<ToolError>,
+    }
+}
+
+pin_project! {
+    // One variant per path: an admitted call's future lies beside its guard, with no
+    // discriminant of its own.
+    #[project = KindProj]
+    enum Kind<F> {
+        Called {
+            #[pin]
+            fut: F,
+            guard: CallGuard,
+        },
+        Rejected {
+            error: Option<ToolError>,
+        },
     }
 }
 
@@ -217,19 +238,15 @@ impl<F, C> ResponseFuture<F, C> {
     #[inline(always)]
     pub(crate) fn called(fut: F, guard: CallGuard, classifier: C) -> Self {
         ResponseFuture {
-            fut: Some(fut),
-            guard: Some(guard),
+            kind: Kind::Called { fut, guard },
             classifier,
-            rejection: None,
         }
     }
 
     pub(crate) fn rejected(error: ToolError, classifier: C) -> Self {
         ResponseFuture {
-            fut: None,
-            guard: None,
+            kind: Kind::Rejected { error: Some(error) },
             classifier,
-            rejection: Some(error),
         }
     }
 }
@@ -246,11 +263,13 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Some(fut) = this.fut.as_pin_mut() else {
-            return Poll::Ready(Err(take_rejection(this.rejection)));
+        let (fut, guard) = match this.kind.project() {
+            KindProj::Called { fut, guard } => (fut, guard),
+            KindProj::Rejected { error } => return Poll::Ready(Err(take_rejection(error))),
         };
         let result = ready!(fut.poll(cx)).map_err(Into::into);
-        if let Some(guard) = this.guard.take() {
+        // Recorded once: a guard already finished ignores a second outcome.
+        if guard.is_pending() {
             let outcome = this.classifier.classify(&result);
             let slow = matches!(&result, Ok(res) if res.slow_call().is_some());
             guard.finish(outcome, slow);
@@ -270,7 +289,24 @@ fn take_rejection(error: &mut Option<ToolError>) -> ToolError {
 
 #[cfg(test)]
 mod tests {
-    use super::same_key;
+    use std::future::Ready;
+
+    use toolshield_contract::DefaultClassifier;
+    use toolshield_core::ToolResponse;
+
+    use super::{same_key, CallGuard, ResponseFuture, ToolError};
+
+    #[test]
+    fn an_admitted_calls_future_is_the_inner_future_and_its_guard() {
+        type Inner = Ready<Result<ToolResponse, ToolError>>;
+        let inner = std::mem::size_of::<Inner>();
+        let guard = std::mem::size_of::<CallGuard>();
+        let future = std::mem::size_of::<ResponseFuture<Inner, DefaultClassifier>>();
+        assert!(
+            future <= inner + guard,
+            "{future} bytes for a {inner}-byte inner future and a {guard}-byte guard"
+        );
+    }
 
     #[test]
     fn same_key_agrees_with_string_equality_at_every_length() {

@@ -106,7 +106,7 @@ fn call(b: &Arc<BreakerState>, running: &AtomicUsize, permits: usize, then: Then
             "{now} probes running with {permits} permits"
         );
     }
-    let guard = CallGuard::new(Arc::clone(b), ticket);
+    let mut guard = CallGuard::new(Arc::clone(b), ticket);
     if probe {
         // Counted out before the outcome frees the permit, so `running` never lags.
         running.fetch_sub(1, Ordering::SeqCst);
