@@ -22,8 +22,9 @@ use crate::store::{
 /// shard's lock), so it is safe under any concurrency. Records are kept behind an `Arc`:
 /// a replay (a claim that finds a live record) takes only the shard's shared lock, copies
 /// a pointer, and builds no PENDING record ([`IdempotencyStore::claim_pending`]). Eviction is CLOCK (second chance): under
-/// pressure, records not read since the hand last passed go first, and a new claim is
-/// always admitted. Dedupe is exact only while the bounds hold every live record: size it
+/// pressure, records not read since the hand last passed go first. A live claim (its call
+/// still running) is never evicted: when a shard holds nothing else, a new claim is
+/// refused with a [`StoreError`] instead (the layer fails closed, or open by config). Dedupe is exact only while the bounds hold every live record: size it
 /// for the records kept over the record TTL (default 24 h).
 ///
 /// A PENDING record whose lease ran out stays visible to the next claim for one more
@@ -115,17 +116,22 @@ impl InMemoryIdempotencyStore {
                 self.entries.max_weight()
             )));
         }
-        // A lapsed claim lingers one more lease, so the next claim can tell a takeover.
-        let linger = if record.status == RecordStatus::Pending {
-            ttl
-        } else {
-            Duration::ZERO
-        };
+        // A lapsed claim lingers one more lease, so the next claim can tell a takeover. A
+        // live claim is held: evicting it would free the key of a call still running, and
+        // a duplicate would run it again.
+        if record.status == RecordStatus::Pending {
+            return Ok(Write::Hold {
+                value: Arc::new(record),
+                weight,
+                ttl,
+                linger: ttl,
+            });
+        }
         Ok(Write::Put {
             value: Arc::new(record),
             weight,
             ttl,
-            linger,
+            linger: Duration::ZERO,
         })
     }
 
@@ -149,7 +155,7 @@ impl InMemoryIdempotencyStore {
                     (Write::Keep, ClaimOutcome::Claimed)
                 }
             };
-        let outcome = self.entries.update(key, |found| match found {
+        let (outcome, stored) = self.entries.try_update(key, |found| match found {
             Some(f) if f.live => (Write::Keep, ClaimOutcome::Existing(Arc::clone(f.value))),
             // An expired claim holds its key against another payload: its owner may have
             // run the call (and any work it can resume was started) for its own payload,
@@ -175,6 +181,7 @@ impl InMemoryIdempotencyStore {
         });
         match too_large {
             Some(e) => Err(e),
+            None if !stored => Err(full()),
             None => Ok(outcome),
         }
     }
@@ -203,7 +210,7 @@ impl InMemoryIdempotencyStore {
         change: impl FnOnce(&mut IdempotencyRecord),
     ) -> Result<bool, StoreError> {
         let mut too_large = None;
-        let written = self.entries.update(key, |found| match found {
+        let (written, stored) = self.entries.try_update(key, |found| match found {
             Some(f) if f.live && f.value.is_owned_by(owner) => {
                 let mut record = IdempotencyRecord::clone(f.value).with_lease(lease);
                 change(&mut record);
@@ -219,16 +226,28 @@ impl InMemoryIdempotencyStore {
         });
         match too_large {
             Some(e) => Err(e),
+            None if !stored => Err(full()),
             None => Ok(written),
         }
     }
 
     /// The owner check, then `write`: the record is live, PENDING and owned by `owner`.
-    fn fenced(&self, key: &str, owner: &str, write: Write<Arc<IdempotencyRecord>>) -> bool {
-        self.entries.update(key, |found| match found {
+    /// An error when the write could not be stored (see [`full`]); the claim then stays.
+    fn fenced(
+        &self,
+        key: &str,
+        owner: &str,
+        write: Write<Arc<IdempotencyRecord>>,
+    ) -> Result<bool, StoreError> {
+        let (owned, stored) = self.entries.try_update(key, |found| match found {
             Some(f) if f.live && f.value.is_owned_by(owner) => (write, true),
             _ => (Write::Keep, false),
-        })
+        });
+        if stored {
+            Ok(owned)
+        } else {
+            Err(full())
+        }
     }
 
     fn finish_now(
@@ -242,12 +261,19 @@ impl InMemoryIdempotencyStore {
             return Err(StoreError::new("finish takes a COMPLETED or FAILED record"));
         }
         let put = self.put(key, record, ttl)?;
-        Ok(self.fenced(key, owner, put))
+        self.fenced(key, owner, put)
     }
 
     fn renew_now(&self, key: &str, owner: &str, lease: Duration) -> Result<bool, StoreError> {
         self.rewrite_owned(key, owner, lease, |_| {})
     }
+}
+
+/// The error of a write that found no room: the shard holds only live claims (calls still
+/// running), which are never evicted. The caller fails closed (or open, by config) rather
+/// than free the key of a running call.
+fn full() -> StoreError {
+    StoreError::new("the in-memory idempotency store is full of running claims")
 }
 
 impl IdempotencyStore for InMemoryIdempotencyStore {
@@ -301,7 +327,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     fn release<'a>(&'a self, key: &'a str, owner: &'a str) -> StoreFuture<'a, bool> {
-        Box::pin(ready(Ok(self.fenced(key, owner, Write::Remove))))
+        Box::pin(ready(self.fenced(key, owner, Write::Remove)))
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<IdempotencyRecord>> {

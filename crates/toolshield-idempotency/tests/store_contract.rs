@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use toolshield_core::{Digest, ToolResponse};
+use toolshield_core::{Digest, ToolError, ToolResponse};
 use toolshield_idempotency::testing::contract;
 use toolshield_idempotency::{
     record_weight, ClaimOutcome, IdempotencyRecord, IdempotencyStore, InMemoryIdempotencyStore,
@@ -42,6 +42,15 @@ async fn a_flood_of_a_million_keys_never_exceeds_the_bound() {
         let rec = IdempotencyRecord::pending(hash, "owner", lease);
         let out = store.claim(&key, rec, lease).await.expect("claim");
         assert_eq!(out, ClaimOutcome::Claimed);
+        // Finished, so eviction may take it: a running claim is never evicted.
+        let done = IdempotencyRecord::failed(
+            hash,
+            "owner",
+            &ToolError::invalid_input("no"),
+            Duration::from_secs(3600),
+        );
+        let finished = store.finish(&key, "owner", done, lease).await;
+        assert_eq!(finished.ok(), Some(true));
         if i % 10_000 == 9_999 {
             store.entries().purge_expired();
             assert!(

@@ -58,6 +58,20 @@ pub enum Write<V> {
         /// from a free key for one more lease. `Duration::ZERO` for none.
         linger: Duration,
     },
+    /// A [`Put`](Self::Put) that eviction never takes while it is live (an idempotency
+    /// claim whose call is running: evicting it would free its key for a duplicate). When
+    /// the shard holds only such entries and no room can be made, nothing is written and
+    /// the key's old entry stays ([`TtlMap::try_update`] reports it).
+    Hold {
+        /// The new value.
+        value: V,
+        /// Its weight in bytes (its key included), counted against `max_bytes`.
+        weight: u64,
+        /// How long it is live (and held).
+        ttl: Duration,
+        /// How long after its TTL it lingers (see [`Put`](Self::Put)); it is not held then.
+        linger: Duration,
+    },
 }
 
 struct Entry<V> {
@@ -72,6 +86,8 @@ struct Entry<V> {
     /// Visible to `update` until then; freed by whoever meets it after.
     keep_until: Instant,
     weight: u64,
+    /// Never evicted to make room while live ([`Write::Hold`]).
+    held: bool,
     /// Set by every read, cleared by the clock hand: a read entry gets a second chance.
     referenced: AtomicBool,
 }
@@ -178,10 +194,16 @@ impl<V> Shard<V> {
     /// Evicts until one more entry of `weight` bytes fits: expired entries first as the
     /// hand meets them, then entries not read since the hand last passed (CLOCK). The
     /// evicted entries go to `evicted`, to be freed once the shard's lock is released.
-    fn make_room(&mut self, weight: u64, now: Instant, evicted: &mut Evicted<V>) {
+    /// Live held entries ([`Write::Hold`]) are never evicted: `false` when two turns of the
+    /// hand (one clears the marks, the next evicts) found nothing else to take.
+    fn make_room(&mut self, weight: u64, now: Instant, evicted: &mut Evicted<V>) -> bool {
+        let mut idle = 0usize;
         while !self.index.is_empty()
             && (self.index.len() >= self.max_entries || self.bytes + weight > self.max_bytes)
         {
+            if idle > 2 * self.slots.len() {
+                return false;
+            }
             if self.hand >= self.slots.len() {
                 self.hand = 0;
             }
@@ -192,12 +214,17 @@ impl<V> Shard<V> {
             let evict = match &mut self.slots[pos] {
                 None => false,
                 Some(e) if now >= e.deadline => true,
+                Some(e) if e.held => false,
                 Some(e) => !std::mem::take(e.referenced.get_mut()),
             };
             if evict {
+                idle = 0;
                 evicted.push(self.remove_at(pos));
+            } else {
+                idle += 1;
             }
         }
+        true
     }
 
     /// Replaces the entry of `key` (if any) with a new one, evicting what it needs to fit.
@@ -210,8 +237,7 @@ impl<V> Shard<V> {
         at: Option<usize>,
         value: V,
         weight: u64,
-        ttl: Duration,
-        linger: Duration,
+        (ttl, linger, held): (Duration, Duration, bool),
         now: Instant,
         evicted: &mut Evicted<V>,
     ) -> bool {
@@ -228,6 +254,7 @@ impl<V> Shard<V> {
                     entry.deadline = deadline;
                     entry.keep_until = deadline_after(deadline, linger);
                     entry.weight = weight;
+                    entry.held = held;
                     self.bytes = bytes;
                     return true;
                 }
@@ -244,7 +271,19 @@ impl<V> Shard<V> {
             evicted.push_value(value);
             return false;
         }
-        self.make_room(weight, now, evicted);
+        if !self.make_room(weight, now, evicted) {
+            // Only held entries left: nothing is written, and the old entry (which fitted
+            // before) goes back, so a write that cannot be stored loses nothing.
+            evicted.push_value(value);
+            if let Some(old) = old {
+                if self.bytes + old.weight <= self.max_bytes {
+                    self.insert_entry(old);
+                } else {
+                    evicted.push(Some(old));
+                }
+            }
+            return false;
+        }
         let key = match old {
             Some(old) => {
                 evicted.push_value(old.value);
@@ -260,9 +299,17 @@ impl<V> Shard<V> {
             deadline,
             keep_until: deadline_after(deadline, linger),
             weight,
+            held,
             referenced: AtomicBool::new(false),
         };
-        self.bytes += weight;
+        self.insert_entry(entry);
+        true
+    }
+
+    /// Puts `entry` in a free slot and indexes it (room was made for it).
+    fn insert_entry(&mut self, entry: Entry<V>) {
+        let hash = entry.hash;
+        self.bytes += entry.weight;
         let pos = match self.free.pop() {
             Some(pos) => {
                 self.slots[pos] = Some(entry);
@@ -277,7 +324,6 @@ impl<V> Shard<V> {
         self.index.insert_unique(hash, pos, |&p| {
             slots.get(p).and_then(Option::as_ref).map_or(0, |e| e.hash)
         });
-        true
     }
 
     /// Gives the entry in slot `pos` a new weight and TTL, in place when it still fits the
@@ -477,8 +523,7 @@ impl<V> TtlMap<V> {
             at,
             value,
             weight,
-            ttl,
-            Duration::ZERO,
+            (ttl, Duration::ZERO, false),
             now,
             &mut evicted,
         );
@@ -503,6 +548,27 @@ impl<V> TtlMap<V> {
         now: Instant,
         f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R),
     ) -> R {
+        self.try_update_at(key, now, f).0
+    }
+
+    /// [`update`](Self::update), and whether its write was applied: `false` when a
+    /// [`Write::Put`] or [`Write::Hold`] stored nothing (too heavy, or no room left beside
+    /// live held entries). [`Write::Keep`], [`Write::Remove`] and [`Write::Touch`] count
+    /// as applied.
+    pub fn try_update<R>(
+        &self,
+        key: &str,
+        f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R),
+    ) -> (R, bool) {
+        self.try_update_at(key, time::now(), f)
+    }
+
+    fn try_update_at<R>(
+        &self,
+        key: &str,
+        now: Instant,
+        f: impl FnOnce(Option<Found<'_, V>>) -> (Write<V>, R),
+    ) -> (R, bool) {
         let hash = self.hash(key);
         // Declared before the guard: dropped after the lock is released.
         let mut evicted = Evicted::new();
@@ -519,10 +585,11 @@ impl<V> TtlMap<V> {
                 })
             });
         let (write, out) = f(found);
-        match (write, at) {
-            (Write::Keep, _) | (Write::Remove | Write::Touch { .. }, None) => {}
+        let applied = match (write, at) {
+            (Write::Keep, _) | (Write::Remove | Write::Touch { .. }, None) => true,
             (Write::Remove, Some(pos)) => {
                 evicted.push(guard.remove_at(pos));
+                true
             }
             (
                 Write::Touch {
@@ -531,7 +598,10 @@ impl<V> TtlMap<V> {
                     linger,
                 },
                 Some(pos),
-            ) => guard.touch(pos, (weight, ttl, linger), now, &mut evicted),
+            ) => {
+                guard.touch(pos, (weight, ttl, linger), now, &mut evicted);
+                true
+            }
             (
                 Write::Put {
                     value,
@@ -540,11 +610,36 @@ impl<V> TtlMap<V> {
                     linger,
                 },
                 at,
-            ) => {
-                guard.put(key, hash, at, value, weight, ttl, linger, now, &mut evicted);
-            }
-        }
-        out
+            ) => guard.put(
+                key,
+                hash,
+                at,
+                value,
+                weight,
+                (ttl, linger, false),
+                now,
+                &mut evicted,
+            ),
+            (
+                Write::Hold {
+                    value,
+                    weight,
+                    ttl,
+                    linger,
+                },
+                at,
+            ) => guard.put(
+                key,
+                hash,
+                at,
+                value,
+                weight,
+                (ttl, linger, true),
+                now,
+                &mut evicted,
+            ),
+        };
+        (out, applied)
     }
 
     /// Deletes the entry under `key`; `true` when a live one was there.

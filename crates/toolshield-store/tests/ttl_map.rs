@@ -284,3 +284,33 @@ fn values_taken_out_by_a_write_are_dropped_after_the_lock_is_released() {
         .recv_timeout(Duration::from_secs(20))
         .expect("a value dropped under the shard's write lock deadlocked (or the thread failed)");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_live_held_entry_survives_a_flood_and_a_full_shard_refuses_the_write() {
+    let map: TtlMap<u32> = TtlMap::new(MemoryBounds::new(1, 1 << 20));
+    let hold = |v| Write::Hold {
+        value: v,
+        weight: 8,
+        ttl: Duration::from_secs(30),
+        linger: Duration::ZERO,
+    };
+    let ((), stored) = map.try_update("claim", |_| (hold(1), ()));
+    assert!(stored);
+    for i in 0..10_000 {
+        assert!(
+            !map.insert(&format!("k{i}"), 2, 8, Duration::from_secs(60)),
+            "no room beside a live held entry"
+        );
+        assert_eq!(map.len(), 1);
+    }
+    let ((), stored) = map.try_update("other", |_| (hold(3), ()));
+    assert!(!stored, "a held write finds no room either");
+    assert_eq!(map.get("claim", |v, _| *v), Some(1), "the held entry stays");
+    tokio::time::advance(Duration::from_secs(31)).await;
+    assert!(
+        map.insert("k", 4, 8, Duration::from_secs(60)),
+        "an expired hold is evicted"
+    );
+    assert_eq!(map.get("k", |v, _| *v), Some(4));
+    assert_eq!(map.len(), 1);
+}
