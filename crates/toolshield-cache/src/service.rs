@@ -276,7 +276,9 @@ where
             if resp.provenance.fetched_at.is_none() {
                 resp.provenance.fetched_at = Some(toolshield_core::utc_at(time::now()));
             }
-            if !resp.is_error() {
+            // An in-band error is not a result to keep, and neither is a fallback tier's
+            // answer: served for the whole TTL, it would hide the primary's recovery.
+            if !resp.is_error() && resp.provenance.tier.is_none() {
                 let key = key.as_ref();
                 let ttl = policy.ttl.saturating_add(policy.stale_if_error);
                 // At once where the store can (no boxed future), else through `put`.

@@ -837,3 +837,39 @@ async fn a_miss_led_from_call_and_dropped_unpolled_leaves_no_flight_behind() {
     assert_eq!(n_of(&got), json!(2), "the next caller ran the tool itself");
     assert!(!got.provenance.cache_hit);
 }
+
+/// A fallback tier's answer (degraded, from another source) is handed to the caller but
+/// never cached: once the primary recovers, the next call reaches it instead of being
+/// served the degraded answer for the whole TTL.
+#[tokio::test(start_paused = true)]
+async fn a_fallback_tiers_answer_is_not_cached() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
+        let mut resp = ToolResponse::new(json!({ "n": n }));
+        if n == 1 {
+            resp.provenance.tier = Some(Arc::from("backup"));
+        }
+        Ok(resp)
+    });
+    let (layer, handle) = layer(Duration::from_secs(600), Duration::from_secs(600));
+
+    let degraded = call(&svc, &layer, weather()).await.expect("tier answer");
+    assert_eq!(degraded.provenance.tier.as_deref(), Some("backup"));
+    assert!(!degraded.provenance.cache_hit);
+
+    let next = call(&svc, &layer, weather()).await.expect("primary");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the tier's answer was not cached"
+    );
+    assert_eq!(n_of(&next), json!(2));
+    assert!(!next.provenance.cache_hit);
+    assert_eq!(next.provenance.tier, None);
+
+    // The primary's answer is cached as usual.
+    let hit = call(&svc, &layer, weather()).await.expect("hit");
+    assert!(hit.provenance.cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    drop(handle);
+}
