@@ -79,19 +79,27 @@ enum Verdict<R> {
     Refused(Result<R, ToolError>),
 }
 
+/// Whether a failure of `kind` is a refusal by a limit before the tool ran (an open
+/// breaker, a full bulkhead, a rate limit or the upstream's own 429), whether it comes
+/// as an error or in-band, in a response (an HTTP 429).
+fn is_refusal(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::CircuitOpen | ErrorKind::Overloaded | ErrorKind::RateLimited
+    )
+}
+
 fn judge<R: ShieldResponse, E: Into<ToolError>>(result: Result<R, E>) -> Verdict<R> {
     match result {
         Ok(res) => match res.in_band_failure() {
             None => Verdict::Win(res),
+            Some(f) if is_refusal(f.kind) => Verdict::Refused(Ok(res)),
             Some(f) if f.kind.is_retriable() => Verdict::Failed(Ok(res)),
             Some(_) => Verdict::Fatal(Ok(res)),
         },
         Err(e) => {
             let e = e.into();
-            if matches!(
-                e.kind(),
-                ErrorKind::CircuitOpen | ErrorKind::Overloaded | ErrorKind::RateLimited
-            ) {
+            if is_refusal(e.kind()) {
                 Verdict::Refused(Err(e))
             } else if e.is_retriable() {
                 Verdict::Failed(Err(e))

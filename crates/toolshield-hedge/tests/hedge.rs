@@ -666,3 +666,48 @@ async fn random_plans_keep_the_invariants() {
         }
     }
 }
+
+/// An upstream's own 429 (or a full bulkhead, an open breaker) carried in the response,
+/// as an HTTP service reports it, is a refusal like the same error: no hedge is sent
+/// into it, and it is the answer only if nothing else answers.
+#[tokio::test(start_paused = true)]
+async fn an_in_band_refusal_sends_no_hedge_into_it() {
+    for kind in [
+        ErrorKind::RateLimited,
+        ErrorKind::Overloaded,
+        ErrorKind::CircuitOpen,
+    ] {
+        let mut refused = ok(10, "refused in band");
+        refused.in_band = Some(kind);
+        let tool = Tool::new(vec![refused, ok(10, "hedge")]);
+        let start = Instant::now();
+        let res = fixed(1_000, 2)
+            .layer(tool.clone())
+            .oneshot(read("search"))
+            .await
+            .unwrap();
+        assert_eq!(res.body, "refused in band", "{kind:?}");
+        assert_eq!(res.in_band, Some(kind));
+        assert_eq!(
+            tool.calls(),
+            1,
+            "{kind:?}: a hedge was sent into the refusal"
+        );
+        assert_eq!(start.elapsed(), Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_in_band_refusal_of_a_hedge_leaves_the_first_attempt_running() {
+    let mut refused = ok(0, "refused in band");
+    refused.in_band = Some(ErrorKind::RateLimited);
+    let tool = Tool::new(vec![ok(300, "first"), refused, ok(0, "third")]);
+    let res = fixed(100, 3)
+        .layer(tool.clone())
+        .oneshot(read("search"))
+        .await
+        .unwrap();
+    assert_eq!(res.body, "first");
+    assert_eq!(tool.calls(), 2, "no hedge after the refusal");
+    assert!(!tool.attempt_cancelled(0));
+}

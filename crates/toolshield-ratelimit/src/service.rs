@@ -1,4 +1,6 @@
 use std::borrow::Cow;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -19,9 +21,10 @@ use toolshield_contract::key::{ByName, KeyFn};
 /// after a wait (its turn is reserved; the wait is a tokio sleep, and fits both
 /// `max_wait` and the call's deadline), or rejected with `RATE_LIMITED` and the exact
 /// `retry_after` (the time until the next conforming call). A call cancelled while it
-/// waits gives its turn back. When the store fails, the call runs unlimited (`allow`,
-/// the default) or fails with `STORE_UNAVAILABLE` (`reject`); either way
-/// `store_errors` counts it.
+/// waits (its future dropped, or its attempt token cancelled: it then ends at once with
+/// `CANCELLED`, never reaching the inner service) gives its turn back. When the store
+/// fails, the call runs unlimited (`allow`, the default) or fails with
+/// `STORE_UNAVAILABLE` (`reject`); either way `store_errors` counts it.
 ///
 /// `poll_ready` is the inner service's readiness. With an in-memory store the decision
 /// takes a lock and a map lookup and allocates nothing; a remote store is awaited in a
@@ -99,6 +102,33 @@ fn rejected(shared: &Shared, name: Option<&str>, retry_after: Duration) -> ToolE
     ToolError::rate_limited(message, Some(retry_after))
 }
 
+fn cancelled_while_waiting() -> ToolError {
+    ToolError::cancelled("call cancelled while waiting for its rate-limit turn")
+}
+
+/// What fires when the caller cancels `req`: its attempt token (a child of the call
+/// token), watched while the call waits for its turn.
+fn attempt_cancelled<Req: ShieldRequest>(req: &Req) -> Option<impl Future<Output = ()>> {
+    req.call_state()
+        .map(|state| state.tokens().attempt().clone().cancelled_owned())
+}
+
+/// Sleeps `wait`, unless `cancelled` (the call's attempt token) fires first: then
+/// `false`, at once.
+async fn wait_turn(wait: Duration, cancelled: Option<impl Future<Output = ()>>) -> bool {
+    let mut sleep = pin!(tokio::time::sleep(wait));
+    let mut cancelled = pin!(cancelled);
+    poll_fn(|cx| {
+        if let Some(c) = cancelled.as_mut().as_pin_mut() {
+            if c.poll(cx).is_ready() {
+                return Poll::Ready(false);
+            }
+        }
+        sleep.as_mut().poll(cx).map(|()| true)
+    })
+    .await
+}
+
 fn store_failed(shared: &Shared, e: &StoreError) -> Option<ToolError> {
     shared.counters.store_errors.bump();
     tracing::warn!(target: "toolshield::ratelimit", error = %e, "rate limit store failed");
@@ -160,9 +190,13 @@ where
                     armed: true,
                 };
                 let mut svc = take_ready(&mut self.inner);
+                let cancelled = attempt_cancelled(&req);
                 LayerFuture::boxed(Box::pin(async move {
                     let mut refund = refund;
-                    tokio::time::sleep(wait).await;
+                    if !wait_turn(wait, cancelled).await {
+                        // The turn goes back with the armed refund.
+                        return Err(cancelled_while_waiting());
+                    }
                     refund.armed = false;
                     refund.shared.counters.admitted.bump();
                     svc.call(req).await.map_err(Into::into)
@@ -208,7 +242,9 @@ where
                                     return Err(rejected(&shared, req.call_name(), wait));
                                 }
                                 shared.counters.waited.bump();
-                                tokio::time::sleep(wait).await;
+                                if !wait_turn(wait, attempt_cancelled(&req)).await {
+                                    return Err(cancelled_while_waiting());
+                                }
                                 refund.armed = false;
                             }
                         }

@@ -529,3 +529,128 @@ async fn a_remote_wait_never_starts_a_call_past_its_deadline() {
     assert_eq!(at, vec![(0, ms(300)), (2, ms(1300))]);
     assert_eq!(stats.snapshot().rejected, 1);
 }
+
+/// A waiter whose caller cancels (its token, the future still polled) stops waiting at
+/// once with `CANCELLED`: the tool is never called with a cancelled token, and its turn
+/// goes back to the next caller.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_whose_token_is_cancelled_stops_at_once_and_gives_its_turn_back() {
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::new(RateLimit::new(1, Duration::from_secs(1), 1))
+        .wait_up_to(Duration::from_secs(5));
+    let svc = layer.layer(recording(Arc::clone(&starts)));
+    let t0 = Instant::now();
+    assert!(svc.clone().oneshot(req()).await.is_ok());
+    let waiting = ToolRequest::new("search", json!({"n": 1}));
+    let token = waiting.call_token().clone();
+    let waiter = tokio::spawn(svc.clone().oneshot(waiting));
+    settle().await;
+    tokio::time::advance(ms(400)).await;
+    token.cancel();
+    settle().await;
+    assert!(
+        waiter.is_finished(),
+        "the waiter still sleeps after its caller cancelled"
+    );
+    let err = waiter.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+    assert_eq!(t0.elapsed(), ms(400));
+    // Its turn went back: this call starts at 1 s, not 2 s.
+    assert!(svc
+        .clone()
+        .oneshot(ToolRequest::new("search", json!({"n": 2})))
+        .await
+        .is_ok());
+    assert_eq!(t0.elapsed(), Duration::from_secs(1));
+    let ran: Vec<u64> = starts.lock().unwrap().iter().map(|(n, _)| *n).collect();
+    assert_eq!(ran, vec![0, 2], "the cancelled call reached the tool");
+}
+
+/// A small deterministic generator (xorshift64*), so each seed replays the same plan.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+/// Random waiting calls, cancelled by their token or dropped at random, with time
+/// passing: the calls that reach the tool never exceed the rate (any `k` starts span at
+/// least `(k - burst) * interval`), no call reaches it after it was cancelled, and every
+/// outcome is a success, `RATE_LIMITED` or `CANCELLED`.
+#[tokio::test(start_paused = true)]
+async fn random_waiters_cancelled_or_dropped_never_exceed_the_rate() {
+    let interval = ms(100);
+    let burst = 2u64;
+    for seed in 0..100u64 {
+        let mut rng = Rng::new(seed);
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let layer =
+            RateLimitLayer::new(RateLimit::new(10, Duration::from_secs(1), 2)).wait_up_to(ms(500));
+        let svc = layer.layer(recording(Arc::clone(&starts)));
+        let mut running = Vec::new();
+        let mut cancelled = std::collections::HashMap::new();
+        for n in 1..=40u64 {
+            match rng.below(5) {
+                0 | 1 => {
+                    let r = ToolRequest::new("search", json!({ "n": n }));
+                    let token = r.call_token().clone();
+                    running.push((n, token, tokio::spawn(svc.clone().oneshot(r))));
+                }
+                2 if !running.is_empty() => {
+                    let i = rng.below(running.len() as u64) as usize;
+                    let (n, token, task) = &running[i];
+                    if rng.below(2) == 0 {
+                        token.cancel();
+                    } else {
+                        task.abort();
+                    }
+                    cancelled.entry(*n).or_insert_with(Instant::now);
+                }
+                // A sleep, not `advance`: the paused clock moves from timer to timer, so
+                // every waiter starts at its own time.
+                3 => tokio::time::sleep(ms(1 + rng.below(120))).await,
+                _ => settle().await,
+            }
+            settle().await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        settle().await;
+        for (n, _, task) in running {
+            match task.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => assert!(
+                    matches!(e.kind(), ErrorKind::RateLimited | ErrorKind::Cancelled),
+                    "seed {seed}: call {n}: {e}"
+                ),
+                Err(e) => assert!(e.is_cancelled(), "seed {seed}: call {n}"),
+            }
+        }
+        let mut times: Vec<(u64, Instant)> = starts.lock().unwrap().clone();
+        for (n, started) in &times {
+            assert!(
+                cancelled.get(n).is_none_or(|at| started <= at),
+                "seed {seed}: call {n} ran after its caller cancelled it"
+            );
+        }
+        times.sort_by_key(|(_, t)| *t);
+        for i in 0..times.len() {
+            for j in i..times.len() {
+                let k = (j - i + 1) as u64;
+                let span = times[j].1 - times[i].1;
+                let least = interval * u32::try_from(k.saturating_sub(burst)).unwrap();
+                assert!(
+                    span >= least,
+                    "seed {seed}: {k} starts within {span:?}, at least {least:?} allowed"
+                );
+            }
+        }
+    }
+}
