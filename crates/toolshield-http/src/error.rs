@@ -24,6 +24,9 @@ pub fn client_error(error: impl Into<BoxError>) -> ToolError {
 /// Maps an HTTP client's error to a [`ToolError`] for a call of `kind`, keeping it as
 /// the source:
 ///
+/// - the connector refused the URL before connecting (hyper-util's `HttpConnector`
+///   given an `https://` URL without TLS, or a URL without a scheme or host):
+///   `INVALID_INPUT`, neither retried nor counted;
 /// - failed before anything was sent (a connect error of hyper-util's legacy client:
 ///   refused, DNS, TLS handshake, connect timeout; an I/O `ConnectionRefused`):
 ///   `CONNECTION_FAILED`, retriable;
@@ -41,6 +44,10 @@ pub fn client_error_for(kind: CallKind, error: impl Into<BoxError>) -> ToolError
         Err(other) => other,
     };
     let (kind, message) = match stage(&*error) {
+        Stage::Unsendable => (
+            ErrorKind::InvalidInput,
+            "the http client cannot send to this url (an `https://` url needs a client with tls)",
+        ),
         Stage::NotSent => (ErrorKind::ConnectionFailed, "http connection failed"),
         Stage::TimedOut => (ErrorKind::Timeout, "http request timed out"),
         Stage::MaybeSent if kind == CallKind::Mutating => (
@@ -70,6 +77,9 @@ impl StdError for BoxedSource {
 
 /// How far a failed request got.
 enum Stage {
+    /// The connector refused the URL itself (a scheme it does not speak, such as
+    /// `https://` without TLS): nothing was sent, and no attempt ever will be.
+    Unsendable,
     /// Nothing left this process: safe to send again.
     NotSent,
     /// A timeout after the connection was made.
@@ -86,7 +96,11 @@ fn stage(error: &(dyn StdError + 'static)) -> Stage {
             // The legacy client's connect errors happen before a byte of the request
             // is written (DNS, refused, TLS handshake, connect timeout).
             if legacy.is_connect() {
-                return Stage::NotSent;
+                return if refused_url(legacy) {
+                    Stage::Unsendable
+                } else {
+                    Stage::NotSent
+                };
             }
         } else if let Some(h) = e.downcast_ref::<hyper::Error>() {
             timed_out |= h.is_timeout();
@@ -108,6 +122,28 @@ fn stage(error: &(dyn StdError + 'static)) -> Stage {
     } else {
         Stage::MaybeSent
     }
+}
+
+/// What hyper-util's `HttpConnector` says when it refuses a URL before connecting (its
+/// error type is private, so its fixed messages are compared, on the error path only).
+const REFUSED_URL: [&str; 3] = [
+    "invalid URL, scheme is not http",
+    "invalid URL, scheme is missing",
+    "invalid URL, host is missing",
+];
+
+/// Whether a connect error is the connector refusing the URL (a configuration or input
+/// problem: retrying it, or counting it against the host, would be wrong).
+fn refused_url(error: &(dyn StdError + 'static)) -> bool {
+    let mut current = error.source();
+    while let Some(e) = current {
+        let text = e.to_string();
+        if REFUSED_URL.contains(&text.as_str()) {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// Wraps an HTTP client so its errors are [`ToolError`]s ([`client_error_for`] with the

@@ -19,7 +19,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Map, Value};
 use toolshield_core::http_impls::{http_method_kind, http_status_kind, IDEMPOTENCY_KEY_HEADER};
 use toolshield_core::{
-    idempotency_key_of, BoxError, CallKind, ToolError, ToolRequest, ToolResponse,
+    idempotency_key_of, BoxError, CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse,
 };
 use tower_service::Service;
 
@@ -232,7 +232,8 @@ impl<C> HttpTool<C> {
         }
     }
 
-    /// The largest response body read (default 4 MiB); a larger one is `INVALID_INPUT`.
+    /// The largest response body read (default 4 MiB); a larger one is `INVALID_INPUT`,
+    /// or `OUTCOME_UNKNOWN` for a `Mutating` call (the server ran it: its key is kept).
     #[must_use]
     pub fn body_limit(mut self, limit: usize) -> Self {
         self.body_limit = limit;
@@ -308,6 +309,18 @@ where
         .map_err(|e| {
             // A body cut off mid-way is a connection lost after sending.
             if e.is::<LengthLimitError>() {
+                if kind == CallKind::Mutating {
+                    // The server ran the mutation; only its answer is too large. A
+                    // non-retriable failure would free the idempotency key after a short
+                    // TTL, and a repeat would run it again.
+                    return ToolError::new(
+                        ErrorKind::OutcomeUnknown,
+                        format!(
+                            "http response body exceeds the {limit} byte limit: the \
+                             request was answered, but its result could not be read"
+                        ),
+                    );
+                }
                 body_error(e, limit)
             } else {
                 client_error_for(kind, e)

@@ -189,3 +189,64 @@ async fn a_rejected_url_is_not_echoed_in_the_error() {
         assert!(!format!("{err:?}").contains("SECRET"), "{url}: {err:?}");
     }
 }
+
+type Buffered = http::Request<http_body_util::Full<bytes::Bytes>>;
+type FullResponse = http::Response<http_body_util::Full<bytes::Bytes>>;
+type Answer = std::future::Ready<Result<FullResponse, std::convert::Infallible>>;
+
+/// A client answering every request with a 200 whose body is `len` bytes.
+fn answering_bytes(
+    len: usize,
+) -> impl tower::Service<
+    Buffered,
+    Response = FullResponse,
+    Error = std::convert::Infallible,
+    Future = Answer,
+> + Clone {
+    tower::service_fn(move |_req: Buffered| {
+        std::future::ready(Ok(http::Response::new(http_body_util::Full::new(
+            bytes::Bytes::from(vec![b'x'; len]),
+        ))))
+    })
+}
+
+#[tokio::test]
+async fn a_mutation_answered_with_a_body_over_the_limit_is_outcome_unknown() {
+    // The server ran the POST; only its answer is too large to read. `INVALID_INPUT`
+    // would let the idempotency layer free the key after its short failure TTL, and a
+    // repeat would run the mutation again.
+    let post = json!({"method": "POST", "url": "http://api.test/orders", "body": {}});
+    let err = HttpTool::with_client(answering_bytes(4096))
+        .body_limit(1024)
+        .oneshot(http_tool_request("api", post))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err:?}");
+    // A read stays the caller's problem: nothing ran that a repeat could run twice.
+    let get = json!({"url": "http://api.test/orders"});
+    let err = HttpTool::with_client(answering_bytes(4096))
+        .body_limit(1024)
+        .oneshot(http_tool_request("api", get))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+}
+
+#[tokio::test]
+async fn https_through_the_plain_http_client_is_invalid_input_and_not_retried() {
+    // The default client has no TLS: the connector refuses the scheme before connecting,
+    // which no retry fixes and which says nothing of the host's health.
+    let (addr, rec) = support::start().await;
+    let for_url = |url: String| http_tool_request("api", json!({ "url": url }));
+    let err = tower::ServiceBuilder::new()
+        .layer(support::retry_now(3))
+        .service(HttpTool::new())
+        .oneshot(for_url(format!("https://{addr}/ok")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    assert_eq!(err.attempts(), 1, "not retried");
+    assert!(!err.kind().counts_for_breaker());
+    assert!(!err.message().contains(&addr.to_string()), "{err}");
+    assert_eq!(rec.count("/ok"), 0);
+}

@@ -18,7 +18,7 @@ use toolshield_core::{CallState, ErrorKind, ShieldRequest, ToolError, ToolReques
 use tower_service::Service;
 
 use crate::cancel::CancelNotice;
-use crate::map::{map_call_error, map_result, IsErrorPolicy};
+use crate::map::{capped, map_call_error, map_result, IsErrorPolicy};
 use crate::progress::{ProgressRouter, ProgressWatch, WithProgress};
 use crate::task::TaskCall;
 
@@ -129,7 +129,8 @@ impl McpClientService {
     /// Connects an `rmcp` client configured by [`client_config`](Self::client_config)
     /// over `transport` (a `tokio::io::duplex` half, a child process, a stream) and takes
     /// it over. Its handler forwards the server's progress notifications to the calls
-    /// ([`WithProgress`]). A failed handshake is `CONNECTION_FAILED`.
+    /// ([`WithProgress`]). A failed handshake is `CONNECTION_FAILED`, its message cut at
+    /// [`MAX_MESSAGE`](crate::MAX_MESSAGE) bytes (it may quote the server's answer).
     pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
     where
         T: IntoTransport<RoleClient, E, A>,
@@ -137,10 +138,12 @@ impl McpClientService {
     {
         let handler = WithProgress::new(Self::client_config());
         let router = handler.router().clone();
-        let client = handler
-            .serve(transport)
-            .await
-            .map_err(|e| ToolError::from_source(ErrorKind::ConnectionFailed, e))?;
+        let client = handler.serve(transport).await.map_err(|e| {
+            // rmcp quotes the server's answer in its handshake error: cut, as any text
+            // from a server is, so a server cannot make the error any size.
+            let message = format!("mcp handshake failed: {}", capped(&e.to_string()));
+            ToolError::new(ErrorKind::ConnectionFailed, message).with_source(e)
+        })?;
         Ok(McpClientService::new(client).with_progress_router(router))
     }
 
@@ -264,14 +267,18 @@ impl McpClientService {
             let mut progress = ProgressWatch::new(progress_router.as_ref(), req.progress());
             progress.call(&handle.progress_token);
             let answer = tokio::select! {
+                // The answer first: one already in when the token fires is returned, not
+                // thrown away (the tool ran; a mutation's result would be lost to an
+                // unknown outcome), and the server is never told to cancel a request it
+                // has answered.
                 biased;
+                r = handle.await_response() => r,
                 () = token.cancelled() => {
                     notice.cancel();
                     return Err(ToolError::cancelled(format!(
                         "mcp call of `{name}` cancelled"
                     )))
                 }
-                r = handle.await_response() => r,
             };
             notice.disarm();
             let response = match answer {

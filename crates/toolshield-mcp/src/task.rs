@@ -190,12 +190,14 @@ impl TaskCall<'_> {
                 continue;
             }
             let polled = tokio::select! {
+                // The poll's answer first: a task seen completed as the token fires is
+                // returned, and never sent `tasks/cancel`.
                 biased;
+                r = self.peer.get_task(GetTaskParams::new(task_id.clone())) => r,
                 () = self.token.cancelled() => {
                     guard.cancel();
                     return Err(self.cancelled(&task_id));
                 }
-                r = self.peer.get_task(GetTaskParams::new(task_id.clone())) => r,
             };
             let detailed = match polled {
                 Ok(got) => got.task,

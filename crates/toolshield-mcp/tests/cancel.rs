@@ -359,3 +359,33 @@ async fn a_mutation_cancelled_after_it_was_sent_keeps_its_key() {
     assert_eq!(again.kind(), ErrorKind::OutcomeUnknown, "{again}");
     assert_eq!(log.started.lock().unwrap().len(), 1, "sent once");
 }
+
+/// The answer is already in when the caller's token fires: the call returns the answer
+/// (the tool ran, and a mutation's result is not lost to an unknown outcome), and the
+/// server is not told to cancel a request it has finished.
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_arrived_before_the_cancel_is_returned_and_no_notice_is_sent() {
+    let (client, log) = start().await;
+    let token = CancellationToken::new();
+    let mut call = std::pin::pin!(client
+        .clone()
+        .oneshot(read("fast").cancel_token(token.clone())));
+    // One poll sends the request; the call then waits for its answer.
+    let first = std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::future::Future::poll(call.as_mut(), cx))
+    })
+    .await;
+    assert!(
+        first.is_pending(),
+        "the answer cannot be in before the request left"
+    );
+    // The paused clock moves only once every task is idle: by then the server has answered
+    // and the client's loop has handed the answer to the call, which has not seen it yet.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    token.cancel();
+
+    let res = call.await.expect("the answer that was already in");
+    assert_eq!(res.output["content"][0]["text"], "done");
+    settle(&client).await;
+    assert!(log.notices().is_empty(), "{:?}", log.notices());
+}

@@ -128,3 +128,34 @@ async fn an_answer_over_the_size_limit_is_never_delivered_and_the_client_goes_on
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert_eq!(text_of(&call(&svc, "plain").await.unwrap()), "plain");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_handshake_cannot_make_the_error_any_size() {
+    // The server answers `initialize` with an error carrying a 1 MiB message, all of
+    // which rmcp quotes in its handshake error.
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        let (r, mut w) = tokio::io::split(server_io);
+        let mut lines = BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if msg.get("method").and_then(Value::as_str) == Some("initialize") {
+                let huge = format!("no\n{}", "x".repeat(1 << 20));
+                send(
+                    &mut w,
+                    &json!({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32603, "message": huge}}),
+                )
+                .await;
+            }
+        }
+    });
+    let err = McpClientService::connect(client_io).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ConnectionFailed);
+    assert!(
+        err.message().len() <= 2 * toolshield_mcp::MAX_MESSAGE,
+        "{} bytes",
+        err.message().len()
+    );
+}

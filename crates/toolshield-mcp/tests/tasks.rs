@@ -361,3 +361,37 @@ async fn a_hostile_task_id_and_error_cannot_blow_up_the_error_message() {
         err.to_string().len()
     );
 }
+
+/// The poll that says "completed" is already in when the caller's token fires: the call
+/// returns the task's result, and the finished task is not sent `tasks/cancel`.
+#[tokio::test(start_paused = true)]
+async fn a_completion_that_arrived_before_the_cancel_is_returned_and_not_cancelled() {
+    let (client, log) = start().await;
+    let token = CancellationToken::new();
+    let mut call = std::pin::pin!(client
+        .clone()
+        .oneshot(read("finish").cancel_token(token.clone())));
+    // Drive the call by hand until the server has answered its third poll (completed):
+    // the paused clock moves only once every task is idle, so after each short sleep the
+    // server's answers have reached the client, and the call has not looked at them yet.
+    loop {
+        let polled = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(call.as_mut(), cx))
+        })
+        .await;
+        assert!(
+            polled.is_pending(),
+            "the task is not done before its third poll"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if log.polls.lock().unwrap().len() >= 3 {
+            break;
+        }
+    }
+    token.cancel();
+
+    let res = call.await.expect("the completed task's result");
+    assert_eq!(res.output["content"][0]["text"], "finished");
+    settle().await;
+    assert!(log.cancels().is_empty(), "a finished task is not cancelled");
+}

@@ -5,13 +5,12 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::SystemTime;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::response::Parts;
-use http_body_util::combinators::Collect;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body::Body as _;
 use pin_project_lite::pin_project;
-use toolshield_core::http_impls::{http_method_kind, RetryAfter};
-use toolshield_core::{BoxError, CallKind, ErrorKind, ShieldRequest, ToolError};
+use toolshield_core::http_impls::{http_method_kind, http_status_kind, RetryAfter};
+use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ToolError};
 use toolshield_http::{retry_after_from_headers, DEFAULT_BODY_LIMIT};
 use tower_service::Service;
 
@@ -37,7 +36,10 @@ type Pending = <reqwest::Client as Service<reqwest::Request>>::Future;
 /// - Errors: [`ToolError`] ([`reqwest_error_for`](crate::reqwest_error_for): timeouts
 ///   `TIMEOUT`, failed connects `CONNECTION_FAILED`, a connection lost after a `POST`
 ///   was sent `OUTCOME_UNKNOWN`, ...), the reqwest error kept as the source. A response
-///   body over the limit is `INVALID_INPUT`.
+///   body over the limit is `INVALID_INPUT`, or `OUTCOME_UNKNOWN` for a mutating call
+///   (the server ran it; only its answer could not be read). An error status (429, 503,
+///   ...) whose body is over the limit stays a response, its body cut at the limit, so
+///   its status and `Retry-After` still decide what happens.
 ///
 /// Cheap to clone: reqwest's client is a handle to one connection pool.
 #[derive(Debug, Clone)]
@@ -158,7 +160,8 @@ pin_project! {
         },
         Reading {
             #[pin]
-            collect: Collect<Limited<reqwest::Body>>,
+            body: reqwest::Body,
+            read: BytesMut,
             parts: Option<Parts>,
         },
     }
@@ -189,18 +192,51 @@ impl Future for ResponseFuture {
                     let (parts, body) =
                         http::Response::<reqwest::Body>::from(response).into_parts();
                     this.state.set(State::Reading {
-                        collect: Limited::new(body, *this.limit).collect(),
+                        body,
+                        read: BytesMut::new(),
                         parts: Some(parts),
                     });
                 }
-                StateProj::Reading { collect, parts } => {
-                    let collected = ready!(collect.poll(cx));
+                StateProj::Reading {
+                    mut body,
+                    read,
+                    parts,
+                } => {
+                    let limit = *this.limit;
+                    let done = loop {
+                        match ready!(body.as_mut().poll_frame(cx)) {
+                            None => break Ok(()),
+                            // A connection lost mid-body, reqwest's own timeout.
+                            Some(Err(e)) => break Err(reqwest_error_for(kind, e)),
+                            Some(Ok(frame)) => {
+                                // Trailers carry no body bytes.
+                                let Ok(data) = frame.into_data() else {
+                                    continue;
+                                };
+                                if data.len() <= limit - read.len() {
+                                    read.extend_from_slice(&data);
+                                    continue;
+                                }
+                                // An error status is read for its status and headers:
+                                // its body is cut, never turned into another error.
+                                let error_status = parts
+                                    .as_ref()
+                                    .is_some_and(|p| http_status_kind(p.status).is_some());
+                                if error_status {
+                                    let room = limit - read.len();
+                                    read.extend_from_slice(&data[..room]);
+                                    break Ok(());
+                                }
+                                break Err(over_limit(kind, limit));
+                            }
+                        }
+                    };
+                    let bytes = std::mem::take(read).freeze();
                     let parts = parts.take();
                     this.state.set(State::Failed { error: None });
-                    let bytes = match collected {
-                        Ok(collected) => collected.to_bytes(),
-                        Err(e) => return Poll::Ready(Err(body_error(kind, e, *this.limit))),
-                    };
+                    if let Err(e) = done {
+                        return Poll::Ready(Err(e));
+                    }
                     let Some(parts) = parts else {
                         return Poll::Ready(Err(ToolError::internal(
                             "reqwest future lost its response",
@@ -215,21 +251,24 @@ impl Future for ResponseFuture {
     }
 }
 
-/// An error while reading a response body: over the limit `INVALID_INPUT`; reqwest's
-/// errors (a connection lost mid-body, its own timeout) as [`reqwest_error_for`] says.
-fn body_error(kind: CallKind, error: BoxError, limit: usize) -> ToolError {
-    if error.is::<LengthLimitError>() {
+/// A successful response whose body is over the limit: `INVALID_INPUT`, except for a
+/// mutating call, which the server ran: `OUTCOME_UNKNOWN` then, so the idempotency layer
+/// keeps its key (a non-retriable failure would free it after a short TTL, and a repeat
+/// would run the mutation again).
+fn over_limit(kind: CallKind, limit: usize) -> ToolError {
+    if kind == CallKind::Mutating {
         return ToolError::new(
-            ErrorKind::InvalidInput,
-            format!("http response body exceeds the {limit} byte limit"),
+            ErrorKind::OutcomeUnknown,
+            format!(
+                "http response body exceeds the {limit} byte limit: the request was \
+                 answered, but its result could not be read"
+            ),
         );
     }
-    match error.downcast::<reqwest::Error>() {
-        Ok(e) => reqwest_error_for(kind, *e),
-        // reqwest's body yields only reqwest errors; anything else is read as a
-        // connection lost mid-body.
-        Err(other) => toolshield_http::client_error_for(kind, other),
-    }
+    ToolError::new(
+        ErrorKind::InvalidInput,
+        format!("http response body exceeds the {limit} byte limit"),
+    )
 }
 
 /// Leaves the response's `Retry-After` (delta seconds or HTTP date, the latter measured

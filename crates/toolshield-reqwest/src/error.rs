@@ -17,7 +17,7 @@ use toolshield_http::retry_after_from_headers;
 /// | [`is_timeout`](reqwest::Error::is_timeout) (reqwest's own timeouts, an I/O or hyper timeout) | `TIMEOUT` | yes | counts |
 /// | [`is_builder`](reqwest::Error::is_builder) (a URL reqwest cannot send to) | `INVALID_INPUT` | no | no |
 /// | [`is_redirect`](reqwest::Error::is_redirect) (a loop, too many redirects), not [`Mutating`](CallKind::Mutating) | `EXECUTION_FAILED` | no | counts |
-/// | anything else (reset or closed after sending, a body cut off, a decode or redirect error), [`Mutating`](CallKind::Mutating) call | `OUTCOME_UNKNOWN` | no | counts |
+/// | anything else (reset or closed after sending, a body cut off, a decode or redirect error), [`Mutating`](CallKind::Mutating) call | `OUTCOME_UNKNOWN` | no | no |
 /// | the same, any other call | `UPSTREAM_UNAVAILABLE` | yes | counts |
 ///
 /// The reqwest error is kept as the [`source`](std::error::Error::source), with the query,

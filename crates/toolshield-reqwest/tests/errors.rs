@@ -199,3 +199,51 @@ fn several_retry_after_headers_give_error_for_status_their_longest_wait() {
     assert_eq!(err.kind(), ErrorKind::UpstreamUnavailable);
     assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(30)));
 }
+
+#[tokio::test]
+async fn a_post_answered_with_a_body_over_the_limit_is_outcome_unknown() {
+    // The server ran the POST and answered 200; only its answer could not be read. Not
+    // `INVALID_INPUT`: that would let the idempotency layer free the key after its short
+    // failure TTL, and a repeat would run the mutation again.
+    let (addr, rec) = support::start().await;
+    let err = client()
+        .body_limit(1024)
+        .oneshot(
+            Request::post(format!("http://{addr}/big"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err:?}");
+    assert!(!err.kind().is_retriable());
+    assert_eq!(rec.count("/big"), 1);
+}
+
+#[tokio::test]
+async fn an_error_status_with_a_body_over_the_limit_keeps_its_status_and_retry_after() {
+    let (addr, _rec) = support::start().await;
+    for (path, status, wait) in [("/big503", 503, 7), ("/big429", 429, 9)] {
+        for method in [Method::GET, Method::POST] {
+            let res = client()
+                .body_limit(1024)
+                .oneshot(
+                    Request::builder()
+                        .method(method.clone())
+                        .uri(format!("http://{addr}{path}"))
+                        .body(Bytes::new())
+                        .unwrap(),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{method} {path}: {e:?}"));
+            assert_eq!(res.status().as_u16(), status, "{method} {path}");
+            assert!(res.body().len() <= 1024, "{method} {path}: the body is cut");
+            let err = toolshield_reqwest::error_for_status(res).unwrap_err();
+            assert_eq!(
+                err.retry_after(),
+                Some(std::time::Duration::from_secs(wait)),
+                "{method} {path}"
+            );
+        }
+    }
+}

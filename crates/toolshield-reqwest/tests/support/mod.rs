@@ -121,6 +121,19 @@ async fn handle(
         }
         "/loop" => (StatusCode::FOUND, [("location", "/loop")]).into_response(),
         "/big" => (StatusCode::OK, vec![b'x'; 4096]).into_response(),
+        // An error status whose body is larger than a small limit.
+        "/big503" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("retry-after", "7")],
+            vec![b'x'; 4096],
+        )
+            .into_response(),
+        "/big429" => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "9")],
+            vec![b'x'; 4096],
+        )
+            .into_response(),
         _ => (StatusCode::OK, "ok").into_response(),
     }
 }
