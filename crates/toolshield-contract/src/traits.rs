@@ -121,7 +121,9 @@ pub trait ShieldRequest {
 }
 
 /// The idempotency key `req` carries, read by the one rule every layer applies: a key
-/// that is empty or only whitespace is no key.
+/// that is empty or only whitespace is no key, and whitespace around a key is not part
+/// of it (HTTP strips it from a header value: the server sees `" k1 "` as `k1`, so the
+/// stack must dedupe on `k1` too).
 ///
 /// The idempotency layer dedupes on this key (or derives one when it is `None`), retry
 /// repeats a mutation only under it, hedging sends an idempotent call twice only under
@@ -139,10 +141,13 @@ pub trait ShieldRequest {
 /// assert_eq!(idempotency_key_of(&Transfer("order-1")), Some("order-1"));
 /// assert_eq!(idempotency_key_of(&Transfer(" \t ")), None);
 /// assert_eq!(idempotency_key_of(&Transfer("")), None);
+/// assert_eq!(idempotency_key_of(&Transfer(" order-1\t")), Some("order-1"));
 /// ```
 #[inline]
 pub fn idempotency_key_of<R: ShieldRequest + ?Sized>(req: &R) -> Option<&str> {
-    req.call_idempotency_key().filter(|k| !k.trim().is_empty())
+    req.call_idempotency_key()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
 }
 
 /// A failure reported inside a successful response (an MCP `isError`, an HTTP 503).

@@ -55,8 +55,8 @@ pub fn http_tool_request(tool: impl Into<Arc<str>>, payload: Value) -> ToolReque
     req
 }
 
-/// The one `Idempotency-Key` of a payload's `headers`, whatever its spelling: blank
-/// values are no key, the same value under two spellings is one key, two different
+/// The one `Idempotency-Key` of a payload's `headers`, whatever its spelling, without the
+/// whitespace around it: blank values are no key, the same value under two spellings is one key, two different
 /// values are `INVALID_INPUT`.
 fn payload_key(payload: &Value) -> Result<Option<&str>, ToolError> {
     let Some(headers) = payload.get("headers").and_then(Value::as_object) else {
@@ -67,7 +67,8 @@ fn payload_key(payload: &Value) -> Result<Option<&str>, ToolError> {
         if !name.eq_ignore_ascii_case(IDEMPOTENCY_KEY_HEADER) {
             continue;
         }
-        let Some(value) = value.as_str().filter(|v| !v.trim().is_empty()) else {
+        // As the request's own key is read: whitespace around it is not part of it.
+        let Some(value) = value.as_str().map(str::trim).filter(|v| !v.is_empty()) else {
             continue;
         };
         match key {

@@ -380,6 +380,30 @@ async fn a_blank_key_is_no_key() {
     assert_eq!(handle.counts().executions, 0, "not deduped at all");
 }
 
+/// Whitespace around a key is not part of it: HTTP strips it from a header value, so a
+/// server sees `" order-7 "` as `order-7`, and two records for what the server takes as
+/// one key would let the mutation run twice here while the server replays it.
+#[tokio::test(start_paused = true)]
+async fn whitespace_around_a_key_is_not_part_of_it() {
+    let runs = Arc::new(Runs::default());
+    let (layer, _, _) = faulty(IdempotencyConfig::default());
+    let svc = tool(&runs, Duration::ZERO, ok_n);
+    let mut outputs = Vec::new();
+    for key in ["order-7", " order-7 ", "\torder-7"] {
+        let req = ToolRequest::new("pay", json!({ "amount": 5 }))
+            .kind(CallKind::Mutating)
+            .idempotency_key(key);
+        let r = layer.layer(svc.clone()).oneshot(req).await.expect("call");
+        outputs.push(r.output.clone());
+    }
+    assert_eq!(
+        runs.started.load(Ordering::SeqCst),
+        1,
+        "one key, one execution"
+    );
+    assert!(outputs.windows(2).all(|w| w[0] == w[1]), "{outputs:?}");
+}
+
 // ----- 7. a failure inside the tool layer leaves a mutation OUTCOME_UNKNOWN -----
 
 #[tokio::test(start_paused = true)]
