@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, SET_COOKIE};
 use http::{Method, Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -184,7 +184,9 @@ fn attach_key(req: &ToolRequest, http_req: &mut BufferedRequest) -> Result<(), T
 
 /// Calls an HTTP client for each [`ToolRequest`] (payload as in [`build_request`]) and
 /// answers `{"status", "headers", "body"}`; `body` is parsed JSON when the response says
-/// it is JSON, text otherwise. A non-2xx/3xx status is an error of the kind
+/// it is JSON, text otherwise; `headers` holds every response header but `Set-Cookie`
+/// (a credential, which the model, logs and a shared cache must not see), a repeated
+/// header joined by `, `. A non-2xx/3xx status is an error of the kind
 /// [`http_status_kind`] gives (429 keeps its `Retry-After`, both forms, the longest of
 /// several).
 ///
@@ -330,6 +332,12 @@ where
         .to_bytes();
     let mut headers = Map::new();
     for (name, value) in &parts.headers {
+        // The server's session credential for this client: the output reaches the model,
+        // logs and a shared cache (another caller would be handed it). Never joined with
+        // `, ` either, as RFC 6265 forbids for this header.
+        if name == SET_COOKIE {
+            continue;
+        }
         let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
         match headers.get_mut(name.as_str()) {
             Some(Value::String(existing)) => {

@@ -250,3 +250,40 @@ async fn https_through_the_plain_http_client_is_invalid_input_and_not_retried() 
     assert!(!err.message().contains(&addr.to_string()), "{err}");
     assert_eq!(rec.count("/ok"), 0);
 }
+
+/// A `Set-Cookie` is the server's session credential for this client: the output reaches
+/// the model, the logs and a shared cache (where another caller would be handed it), so
+/// it is left out; the other headers stay, a repeated one joined by `, `.
+#[tokio::test]
+async fn a_set_cookie_never_reaches_the_output() {
+    let client = tower::service_fn(|_req: Buffered| {
+        let mut res = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("ok")));
+        let headers = res.headers_mut();
+        headers.append(
+            http::header::SET_COOKIE,
+            "session=s3cr3t; HttpOnly".parse().unwrap(),
+        );
+        headers.append(http::header::SET_COOKIE, "theme=dark".parse().unwrap());
+        headers.append("x-request-id", "r-1".parse().unwrap());
+        headers.append(http::header::VARY, "accept".parse().unwrap());
+        headers.append(http::header::VARY, "origin".parse().unwrap());
+        std::future::ready(Ok::<_, std::convert::Infallible>(res))
+    });
+    let res = HttpTool::with_client(client)
+        .oneshot(http_tool_request(
+            "api",
+            json!({"url": "http://api.test/me"}),
+        ))
+        .await
+        .unwrap();
+    let headers = res.output["headers"].as_object().expect("headers");
+    assert!(
+        headers
+            .keys()
+            .all(|k| !k.eq_ignore_ascii_case("set-cookie")),
+        "{headers:?}"
+    );
+    assert!(!res.output.to_string().contains("s3cr3t"));
+    assert_eq!(headers["x-request-id"], "r-1");
+    assert_eq!(headers["vary"], "accept, origin");
+}
