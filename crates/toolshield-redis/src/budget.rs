@@ -16,15 +16,26 @@ use crate::idempotency::millis;
 /// else the code of the limit that had no room (1 tool calls, 2 run calls, 3 run cost).
 /// The TTL is refreshed either way: a run that keeps calling stays known.
 ///
-/// Every check comes before the first write, and no write can fail: the cost is added as
+/// Every check comes before the first write, and no write can fail: a counter that is not
+/// the decimal integer the script writes (set by another client) is an error before any
+/// write (the call counts for 18 digits, the most a call counter could reach, so `+1` never
+/// overflows), the cost is added as
 /// the exact integer text it came as (a Lua number would reach Redis as `1e+19` above
 /// 2^53), and a total that would pass the largest integer Redis holds stays at that
 /// integer, so a script never stops half-way with some counters increased.
 const CHARGE: &str = r#"
 local v = redis.call('HMGET', KEYS[1], ARGV[1], '#calls', '#cost')
-local used = tonumber(v[1] or '0')
-local calls = tonumber(v[2] or '0')
-local spent = tonumber(v[3] or '0')
+local function count(x, digits)
+  if not x then return 0 end
+  if (x == '0' or string.match(x, '^[1-9]%d*$')) and #x <= digits then return tonumber(x) end
+  return nil
+end
+local used = count(v[1], 18)
+local calls = count(v[2], 18)
+local spent = count(v[3], 19)
+if not used or not calls or not spent then
+  return redis.error_reply('budget counters hold a value toolshield did not write')
+end
 local max_tool = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local max_calls = tonumber(ARGV[4])

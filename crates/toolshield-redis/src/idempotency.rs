@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use toolshield_core::config::MAX_DURATION;
 use toolshield_core::Digest;
 use toolshield_idempotency::{
     check_resume_token, ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus,
@@ -162,8 +163,14 @@ impl Scripts {
     }
 }
 
+/// `d` in whole milliseconds for `PX`/`PEXPIRE`: at least 1 (Redis refuses `PX 0`) and at
+/// most [`MAX_DURATION`] (Redis refuses an expiry past its clock's range: a longer lease or
+/// record TTL, as a hand-built call can carry, would leave the claim unmade or the outcome
+/// unrecorded, and the key free again once the lease lapsed).
 pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.min(MAX_DURATION).as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 fn encode(record: &IdempotencyRecord) -> Result<String, Error> {

@@ -13,13 +13,23 @@ use crate::error::Error;
 /// GCRA on the server's clock, in microseconds. KEYS[1] = the key's TAT;
 /// ARGV = interval, tolerance, max wait. Returns `{admitted (1|0), wait, new TAT}`:
 /// admitted calls move the TAT (kept until it has passed), rejected ones change nothing.
+/// A key holding anything but the decimal integer this script writes (at most 16 digits:
+/// exact in a Lua number) is an error, never a key without a reserved turn: a value
+/// written by another client must not admit calls past the limit, nor be overwritten.
 const ACQUIRE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', KEYS[1]))
+local raw = redis.call('GET', KEYS[1])
+local tat = nil
+if raw then
+  if not (raw == '0' or string.match(raw, '^[1-9]%d*$')) or #raw > 16 then
+    return redis.error_reply('rate limit key holds a value toolshield did not write')
+  end
+  tat = tonumber(raw)
+end
 if tat == nil or tat < now then tat = now end
 local wait = tat - tolerance - now
 if wait < 0 then wait = 0 end
