@@ -14,7 +14,9 @@ use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::IntoTransport;
 use rmcp::{ClientHandler, Peer, ServiceExt};
 use serde_json::Value;
-use toolshield_core::{CallState, ErrorKind, ShieldRequest, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{
+    CallKind, CallState, ErrorKind, ShieldRequest, ToolError, ToolRequest, ToolResponse,
+};
 use tower_service::Service;
 
 use crate::cancel::CancelNotice;
@@ -302,9 +304,18 @@ impl McpClientService {
                     "mcp tool `{name}` asked for client input, which this client does not support"
                 )))
                 }
-                Ok(_) => Err(ToolError::execution_failed(format!(
-                    "mcp tool `{name}` answered with something other than a tool result"
-                ))),
+                Ok(_) => {
+                    let message = format!(
+                        "mcp tool `{name}` answered with something other than a tool result"
+                    );
+                    // The server took the call: a mutation may have run, so its key is
+                    // kept (a plain failure would free it for a repeat to run it again).
+                    Err(if kind == CallKind::Mutating {
+                        ToolError::new(ErrorKind::OutcomeUnknown, message)
+                    } else {
+                        ToolError::execution_failed(message)
+                    })
+                }
                 Err(e) => Err(map_call_error(&name, e, kind)),
             };
             drop(progress);

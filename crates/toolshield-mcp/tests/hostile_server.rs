@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
-use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_mcp::McpClientService;
 use tower::ServiceExt;
 
@@ -114,9 +114,27 @@ async fn answers_for_ids_never_sent_are_ignored_and_each_call_gets_its_own() {
 #[tokio::test(start_paused = true)]
 async fn a_result_that_is_not_a_tool_result_is_a_typed_error() {
     let svc = client().await;
-    let err = call(&svc, "not_a_tool_result").await.unwrap_err();
+    let read = ToolRequest::new("not_a_tool_result", json!({})).kind(CallKind::ReadOnly);
+    let err = tokio::time::timeout(Duration::from_secs(30), svc.clone().oneshot(read))
+        .await
+        .expect("answered")
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ExecutionFailed);
     assert_eq!(text_of(&call(&svc, "plain").await.unwrap()), "plain");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mutation_answered_with_something_other_than_a_tool_result_is_outcome_unknown() {
+    // The server took the call and answered it: the tool may have run. A plain failure
+    // would let the idempotency layer free the key after its short failure TTL, and a
+    // repeat would run the mutation again.
+    let svc = client().await;
+    let req = ToolRequest::new("not_a_tool_result", json!({})).kind(CallKind::Mutating);
+    let err = tokio::time::timeout(Duration::from_secs(30), svc.clone().oneshot(req))
+        .await
+        .expect("answered")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err:?}");
 }
 
 #[tokio::test(start_paused = true)]
