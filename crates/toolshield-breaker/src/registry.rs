@@ -247,9 +247,55 @@ impl BreakerRegistry {
     /// The breaker of `key`, created if needed whatever the bound, and pinned: a layer
     /// built for this one key holds it, and the sweep never evicts it.
     pub(crate) fn pinned(&self, key: &str) -> Arc<BreakerState> {
-        let state = self.get_for_override(key);
-        state.pinned.store(true, Ordering::Release);
-        state
+        self.change_held(key, |state| state.pinned.store(true, Ordering::Release))
+    }
+
+    /// Makes `change` (a pin or a manual override) on the breaker of `key`, created if
+    /// needed, so that it is made on the breaker the registry holds afterwards.
+    ///
+    /// The sweep may pick the breaker as evictable (closed, without override, not pinned)
+    /// between its lookup here and the change, and evict it after: the override would
+    /// then be lost with it, and the key's next call would find a fresh closed breaker.
+    /// Marking the breaker used after the change pairs with the sweep's `evicted` /
+    /// `touched` handshake: either the sweep sees the use and keeps the breaker (which the
+    /// change has made unevictable), or this sees the eviction and changes the key's new
+    /// breaker.
+    fn change_held(&self, key: &str, change: impl Fn(&BreakerState)) -> Arc<BreakerState> {
+        loop {
+            let state = self.get_for_override(key);
+            change(&state);
+            if self.still_held(&state) {
+                return state;
+            }
+        }
+    }
+
+    /// Whether the registry still holds `state` after a change made to it (see
+    /// [`change_held`](Self::change_held)).
+    fn still_held(&self, state: &Arc<BreakerState>) -> bool {
+        // `touch` sees an eviction the sweep may yet take back (it un-evicts a breaker
+        // used meanwhile): the map, read once the sweep's write lock is released, decides.
+        state.touch()
+            || self
+                .find(&state.key)
+                .is_some_and(|held| Arc::ptr_eq(&held, state))
+    }
+
+    /// Applies `override_` to the breaker of `key`, held by the registry afterwards.
+    fn set_mode_held(&self, key: &str, override_: Override) {
+        self.change_held(key, |state| state.set_mode(override_));
+    }
+
+    /// Applies `override_` to every breaker held; one evicted meanwhile is replaced by
+    /// the key's new breaker, which gets the override.
+    fn set_mode_all(&self, override_: Override) {
+        for state in self.all() {
+            state.set_mode(override_);
+            // A key evicted meanwhile was closed without override: as good as reset.
+            if override_ != Override::Reset && !self.still_held(&state) {
+                self.set_mode_held(&state.key, override_);
+            }
+        }
     }
 
     /// The breaker of `key` for a manual action: created if needed, whatever the bound.
@@ -364,49 +410,43 @@ impl BreakerRegistry {
     /// Forces `key` open: every call is rejected with `CIRCUIT_OPEN` until
     /// [`reset`](Self::reset) or another override.
     pub fn force_open(&self, key: &str) {
-        self.get_for_override(key).set_mode(Override::ForceOpen);
+        self.set_mode_held(key, Override::ForceOpen);
     }
 
     /// Forces `key` closed (disabled): every call passes and is recorded; it never trips.
     pub fn force_closed(&self, key: &str) {
-        self.get_for_override(key).set_mode(Override::ForceClosed);
+        self.set_mode_held(key, Override::ForceClosed);
     }
 
     /// Puts `key` in metrics-only (shadow) mode: it records and reports transitions, but
     /// never rejects a call.
     pub fn metrics_only(&self, key: &str) {
-        self.get_for_override(key).set_mode(Override::MetricsOnly);
+        self.set_mode_held(key, Override::MetricsOnly);
     }
 
     /// Resets `key` to a fresh closed breaker and lifts any override.
     pub fn reset(&self, key: &str) {
-        self.get_for_override(key).set_mode(Override::Reset);
+        self.set_mode_held(key, Override::Reset);
     }
 
     /// [`force_open`](Self::force_open) for every breaker held.
     pub fn force_open_all(&self) {
-        self.all()
-            .iter()
-            .for_each(|s| s.set_mode(Override::ForceOpen));
+        self.set_mode_all(Override::ForceOpen);
     }
 
     /// [`force_closed`](Self::force_closed) for every breaker held.
     pub fn force_closed_all(&self) {
-        self.all()
-            .iter()
-            .for_each(|s| s.set_mode(Override::ForceClosed));
+        self.set_mode_all(Override::ForceClosed);
     }
 
     /// [`metrics_only`](Self::metrics_only) for every breaker held.
     pub fn metrics_only_all(&self) {
-        self.all()
-            .iter()
-            .for_each(|s| s.set_mode(Override::MetricsOnly));
+        self.set_mode_all(Override::MetricsOnly);
     }
 
     /// [`reset`](Self::reset) for every breaker held.
     pub fn reset_all(&self) {
-        self.all().iter().for_each(|s| s.set_mode(Override::Reset));
+        self.set_mode_all(Override::Reset);
     }
 
     /// Makes closed breakers also reject keys that `shared` reports open elsewhere (see

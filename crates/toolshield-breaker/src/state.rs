@@ -860,10 +860,10 @@ impl BreakerState {
                         } else {
                             TransitionReason::ProbeSlow
                         };
+                        // The failure time is stored by the transition, under its lock and
+                        // only if the probe's phase is still current: a probe of a phase
+                        // a reset or an override ended must not show in the status.
                         let now = self.core.now_nanos();
-                        if matches!(record, Record::Failure { .. }) {
-                            self.last_failure.store(now + 1, Ordering::Relaxed);
-                        }
                         self.transition(ticket.epoch, ST_HALF_OPEN, ST_OPEN, reason, now);
                     }
                 }
@@ -991,6 +991,10 @@ impl BreakerState {
             if cur_epoch != epoch || state != from || !(mode == M_NORMAL || mode == M_METRICS_ONLY)
             {
                 return (false, None);
+            }
+            if reason == TransitionReason::ProbeFailed {
+                self.last_failure
+                    .store(now.saturating_add(1), Ordering::Relaxed);
             }
             match to {
                 ST_OPEN => {

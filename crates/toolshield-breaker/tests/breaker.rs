@@ -58,6 +58,10 @@ impl Service<ToolRequest> for Tool {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     Ok(ToolResponse::new(json!({"ok": true})))
                 }
+                "sleep_fail" => {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Err(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
+                }
                 "hang" => std::future::pending().await,
                 "fail" => Err(ToolError::new(ErrorKind::UpstreamUnavailable, "down")),
                 "timeout" => Err(ToolError::timeout("too slow")),
@@ -1060,4 +1064,28 @@ fn an_event_callback_may_call_its_own_breaker_again() {
             assert_eq!(seen.lock().unwrap().len(), 4);
         });
     });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_failing_after_a_reset_leaves_no_failure_time() {
+    let (mut svc, registry, _) = setup(BreakerConfig {
+        consecutive_failures: 1,
+        ..BreakerConfig::default()
+    });
+    let _ = call(&mut svc, "k", "fail").await;
+    assert_eq!(registry.state("k"), CircuitState::Open);
+    advance(Duration::from_secs(31)).await;
+    // A probe admitted in half-open, still running when the operator resets the key.
+    let probe = tokio::spawn(svc.ready().await.unwrap().call(req("k", "sleep_fail")));
+    tokio::task::yield_now().await;
+    assert_eq!(registry.state("k"), CircuitState::HalfOpen);
+    registry.reset("k");
+    assert!(registry.status("k").unwrap().last_failure_at.is_none());
+    advance(Duration::from_secs(3)).await;
+    assert!(probe.await.unwrap().is_err());
+    // Its failure belongs to the phase the reset ended: nothing of it is kept.
+    let status = registry.status("k").unwrap();
+    assert_eq!(status.state, CircuitState::Closed);
+    assert_eq!(status.last_failure_at, None, "{status:?}");
+    assert_eq!(status.consecutive_failures, 0);
 }

@@ -1,5 +1,6 @@
 //! Several OS threads, thousands of concurrent calls on one key with flapping outcomes:
 //! the counters stay consistent and no more than K half-open probes ever run at once.
+//! And manual overrides racing the registry's sweep: none is ever lost.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -165,4 +166,44 @@ fn concurrent_calls_keep_counters_consistent_and_probes_bounded() {
             status.state
         );
     }
+}
+
+#[test]
+fn an_override_racing_the_sweep_is_never_lost() {
+    // One thread sweeps without pause; the other resets idle keys (closed, no override:
+    // evictable) and forces them open or pins them. Each override must hold on the
+    // breaker the registry keeps: a breaker evicted between the lookup and the change
+    // took the override with it, and the key's next call found a fresh closed breaker.
+    let registry = BreakerRegistry::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (registry, stop) = (registry.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                registry.evict_idle();
+            }
+        })
+    };
+    let mut lost = 0;
+    for i in 0..100_000 {
+        let key = format!("key-{}", i % 64);
+        registry.reset(&key);
+        if i % 2 == 0 {
+            registry.force_open(&key);
+        } else {
+            registry.force_closed(&key);
+        }
+        let expected = if i % 2 == 0 {
+            CircuitState::ForcedOpen
+        } else {
+            CircuitState::Disabled
+        };
+        if registry.state(&key) != expected {
+            lost += 1;
+        }
+        registry.reset(&key);
+    }
+    stop.store(true, Ordering::Relaxed);
+    sweeper.join().expect("the sweeping thread");
+    assert_eq!(lost, 0, "overrides lost to the sweep");
 }

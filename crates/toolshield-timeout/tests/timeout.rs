@@ -345,3 +345,35 @@ async fn a_call_cut_by_the_deadline_cancels_its_attempt_token_whoever_guards_it(
         .layer(watcher(Arc::clone(&seen)));
     assert_eq!(cut(svc, &seen).await, (ErrorKind::Timeout, false));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_ready_when_the_limit_is_reached_wins() {
+    // The tool's sleep and the timer end at the same instant: the answer is there, so the
+    // call succeeds, for the attempt timeout and for the whole-call deadline alike.
+    let mut attempt = TimeoutLayer::new(secs(4)).layer(sleeper(secs(4)));
+    let res = attempt
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await;
+    assert!(res.is_ok(), "{res:?}");
+    let mut total = DeadlineLayer::new(secs(4)).layer(sleeper(secs(4)));
+    let res = total
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await;
+    assert!(res.is_ok(), "{res:?}");
+    // One tick later it is too late.
+    let mut late = TimeoutLayer::new(secs(4)).layer(sleeper(secs(4) + Duration::from_millis(1)));
+    let err = late
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("t", json!(null)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+}
