@@ -386,6 +386,17 @@ pub(crate) async fn act(
         if !holders.is_empty() {
             holders
         } else if params.create {
+            // A call with a longer key runs under the registry's overflow breaker, never
+            // under one of its own: an override of such a key would never reach a call.
+            if key.len() > toolshield_breaker::MAX_KEY_LEN {
+                return Err(refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "a breaker key is at most {} bytes: no call has a longer one",
+                        toolshield_breaker::MAX_KEY_LEN
+                    ),
+                ));
+            }
             created = true;
             vec![creation_target(&state.registries, &params, &key)?]
         } else {

@@ -219,9 +219,18 @@ impl ShieldRouter {
             registries: self.registries.clone(),
             breakers_name,
         };
-        let mut router = Router::new().route("/healthz", get(healthz).with_state(health_state));
+        // A method these public routes do not take is a JSON 405 too (no token to check).
+        let mut router = Router::new().route(
+            "/healthz",
+            get(healthz)
+                .fallback(public_only_get)
+                .with_state(health_state),
+        );
         if let Some(exporter) = self.exporter {
-            router = router.route("/metrics", get(metrics).with_state(exporter));
+            router = router.route(
+                "/metrics",
+                get(metrics).fallback(public_only_get).with_state(exporter),
+            );
         }
         if let Some(token) = self.token {
             let breakers = !self.registries.is_empty();
@@ -275,6 +284,18 @@ impl ShieldRouter {
     }
 }
 
+/// The method fallback of `/healthz` and `/metrics`: a JSON 405 with `Allow`.
+async fn public_only_get() -> Response {
+    let mut resp = (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Json(serde_json::json!({ "error": "method not allowed here (allowed: GET,HEAD)" })),
+    )
+        .into_response();
+    resp.headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("GET,HEAD"));
+    resp
+}
+
 async fn healthz(State(state): State<HealthState>) -> Response {
     let mut components = health::run_checks(&state.checks).await;
     if !state.registries.is_empty() {
@@ -315,9 +336,23 @@ async fn healthz(State(state): State<HealthState>) -> Response {
 }
 
 async fn metrics(State(exporter): State<PrometheusExporter>) -> Response {
-    (
-        [(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)],
-        exporter.render(),
-    )
-        .into_response()
+    // A collector is the application's code: one that panics must not take the
+    // connection down unanswered. A JSON 500, the panic text logged, never sent.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exporter.render())) {
+        Ok(text) => ([(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)], text).into_response(),
+        Err(panic) => {
+            tracing::error!(
+                target: "toolshield::metrics",
+                panic = toolshield_core::panic::payload_text(&*panic),
+                "a metrics collector panicked"
+            );
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(serde_json::json!({
+                    "error": "internal error: a metrics collector panicked (see the server log)"
+                })),
+            )
+                .into_response()
+        }
+    }
 }

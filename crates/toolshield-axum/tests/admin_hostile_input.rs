@@ -364,3 +364,41 @@ async fn a_reload_callback_that_panics_is_a_json_500_and_the_server_keeps_servin
     .await;
     assert_eq!(a.status, 200, "{a:?}");
 }
+
+/// A key longer than any call's breaker can have (`MAX_KEY_LEN`: a call with such a key
+/// runs under the registry's overflow breaker) is refused with a JSON 400 when an action
+/// asks to create it: an override on it would be reported as applied and never reach a
+/// call, and the registry would keep the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_a_breaker_under_a_key_no_call_can_have_is_a_json_400() {
+    let registry = BreakerRegistry::default();
+    let base = server(&registry).await;
+    let long = "k".repeat(toolshield_breaker::MAX_KEY_LEN + 1);
+    let a = send(
+        "POST",
+        format!("{base}/admin/breakers/{long}/open?create=true"),
+        Some(TOKEN),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_json_refusal(&a, 400, "overlong key");
+    assert!(registry.status(&long).is_none(), "nothing was created");
+    assert!(registry.status_all().is_empty());
+
+    // A key of the largest length a call can have is created as before.
+    let longest = "k".repeat(toolshield_breaker::MAX_KEY_LEN);
+    let a = send(
+        "POST",
+        format!("{base}/admin/breakers/{longest}/open?create=true"),
+        Some(TOKEN),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(
+        registry.status(&longest).map(|s| s.state),
+        Some(CircuitState::ForcedOpen)
+    );
+}

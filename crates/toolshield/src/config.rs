@@ -308,16 +308,22 @@ fn tool_name_problem(name: &str) -> Option<(String, String)> {
     if let Some(why) = toolshield_core::keys::check_tool_name(name) {
         return Some(("tools".to_owned(), format!("{name:?}: {why}")));
     }
-    let why = match name {
-        "other" => "`other` is reserved: the metrics label of unregistered tools",
+    let why = reserved_name(name)?;
+    Some((format!("tools.{name}"), why.to_owned()))
+}
+
+/// Why `name` is reserved, if it is: it cannot name a tool section, nor a router's tool
+/// or server route.
+pub(crate) fn reserved_name(name: &str) -> Option<&'static str> {
+    match name {
+        "other" => Some("`other` is reserved: the metrics label of unregistered tools"),
         // `ReloadSummary` (`changed`, `breaker_settings_kept`) names the defaults section
         // `defaults` among tool names: a tool of that name would make an entry mean either.
-        "defaults" => {
-            "`defaults` is reserved: the name of the defaults section (in reload summaries too)"
-        }
-        _ => return None,
-    };
-    Some((format!("tools.{name}"), why.to_owned()))
+        "defaults" => Some(
+            "`defaults` is reserved: the name of the defaults section (in reload summaries too)",
+        ),
+        _ => None,
+    }
 }
 
 fn single(field: &str, message: impl std::fmt::Display) -> ConfigError {

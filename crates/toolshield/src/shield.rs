@@ -1074,8 +1074,9 @@ impl RouterBuilder {
 
     /// Registers `service` for calls of `tool`, behind the shield with `tool`'s settings.
     ///
-    /// A name that is blank, too long, or holds braces or control characters, or one
-    /// registered twice, is refused: [`build`](Self::build) lists every such problem.
+    /// A name that is blank, too long, reserved (`other`, `defaults`), or holds braces or
+    /// control characters, or one registered twice, is refused: [`build`](Self::build)
+    /// lists every such problem.
     pub fn tool<S>(mut self, tool: &str, service: S) -> Self
     where
         S: ToolService,
@@ -1090,6 +1091,12 @@ impl RouterBuilder {
     /// Whether `name` may be registered as a route; records why not.
     fn accept(&mut self, what: &str, name: &str) -> bool {
         if let Some(why) = toolshield_core::keys::check_tool_name(name) {
+            self.problems.push(what, format_args!("{name:?}: {why}"));
+            return false;
+        }
+        // A route under a reserved name would share the metrics series of unregistered
+        // tools (`other`) or the defaults' entries of a reload summary (`defaults`).
+        if let Some(why) = crate::config::reserved_name(name) {
             self.problems.push(what, format_args!("{name:?}: {why}"));
             return false;
         }
@@ -1250,9 +1257,13 @@ impl Service<ToolRequest> for ToolRouter {
         let inner: Pin<Box<dyn Future<Output = _> + Send>> = match self.routes.find(req.tool()) {
             Some(svc) => Box::pin(svc.clone().oneshot(req)),
             None => {
+                // The name is the caller's (a model's): on one line and cut, as every
+                // text that reaches a log or the model.
+                let name =
+                    toolshield_core::printable(req.tool(), toolshield_core::MAX_TOOL_NAME_SHOWN);
                 let error = ToolError::new(
                     ErrorKind::NotFound,
-                    format!("no tool named `{}` is registered", req.tool()),
+                    format!("no tool named `{name}` is registered"),
                 );
                 Box::pin(std::future::ready(Err(error)))
             }

@@ -157,3 +157,47 @@ async fn a_tool_named_like_the_default_registry_gets_its_own_breaker_settings() 
     );
     assert_eq!(summary.new_registries.len(), 1, "{summary:?}");
 }
+
+/// `other` (the metrics label of unregistered tools) and `defaults` (the defaults
+/// section's name in reload summaries) are refused as route names, as they are as
+/// configuration sections: a route under either would share its series or its summary
+/// entries with what the reserved name stands for.
+#[test]
+fn a_router_refuses_the_reserved_names_as_tools_and_servers() {
+    let shield = Shield::from_config(ShieldConfig::default()).expect("shield");
+    let err = shield
+        .router()
+        .tool("other", echo())
+        .tool("defaults", echo())
+        .server("other", echo())
+        .server("defaults", echo())
+        .tool("fine", echo())
+        .build()
+        .expect_err("refused");
+    let text = err.to_string();
+    assert_eq!(err.problems().len(), 4, "{text}");
+    assert!(text.contains("reserved"), "{text}");
+}
+
+/// The name of an unknown tool is chosen by a model: the `NOT_FOUND` error quotes it on
+/// one line and cut, so a name with line breaks or of megabytes reaches no log or
+/// message as it came.
+#[tokio::test]
+async fn an_unknown_tool_is_quoted_on_one_line_and_cut_in_its_not_found_error() {
+    let shield = Shield::from_config(ShieldConfig::default()).expect("shield");
+    let router = shield
+        .router()
+        .server("github", echo())
+        .build()
+        .expect("valid");
+    let name = format!("github__x\n\u{1b}[2Jforged log line{}", "y".repeat(100_000));
+    let err = router
+        .oneshot(ToolRequest::new(name.as_str(), json!({})))
+        .await
+        .expect_err("not routed");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let message = err.message();
+    assert!(!message.chars().any(char::is_control), "{message:?}");
+    assert!(message.len() <= 256, "{} bytes", message.len());
+    assert!(message.contains("github__x"), "{message:?}");
+}
