@@ -299,13 +299,14 @@ async fn public_only_get() -> Response {
 async fn healthz(State(state): State<HealthState>) -> Response {
     let mut components = health::run_checks(&state.checks).await;
     if !state.registries.is_empty() {
-        // Counts only: keys may be caller ids, and this endpoint has no token.
+        // Counts only: keys may be caller ids, and this endpoint has no token. Counted
+        // in place, so an unauthenticated request copies no key of a full registry.
         let (mut open, mut forced_open) = (0, 0);
         for (_, registry) in state.registries.iter() {
-            for s in registry.status_all() {
-                match s.state {
-                    CircuitState::Open => open += 1,
-                    CircuitState::ForcedOpen => forced_open += 1,
+            for (s, n) in registry.state_counts() {
+                match s {
+                    CircuitState::Open => open += n,
+                    CircuitState::ForcedOpen => forced_open += n,
                     _ => {}
                 }
             }

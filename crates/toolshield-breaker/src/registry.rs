@@ -402,6 +402,23 @@ impl BreakerRegistry {
         self.all().iter().map(|s| s.status()).collect()
     }
 
+    /// How many breakers the registry holds in each state, in the order of
+    /// [`CircuitState::ALL`]: one pass under each shard's read lock, with nothing copied,
+    /// sorted or allocated (what an unauthenticated `/healthz` reports on every request,
+    /// where [`status_all`](Self::status_all) would copy every key).
+    pub fn state_counts(&self) -> [(CircuitState, usize); CircuitState::ALL.len()] {
+        let mut counts = CircuitState::ALL.map(|state| (state, 0usize));
+        for shard in self.inner.shards.iter() {
+            for breaker in Self::read(shard).values() {
+                let state = breaker.state();
+                if let Some((_, n)) = counts.iter_mut().find(|(s, _)| *s == state) {
+                    *n += 1;
+                }
+            }
+        }
+        counts
+    }
+
     /// The effective state of `key` (`Closed` for a key the registry does not hold).
     pub fn state(&self, key: &str) -> CircuitState {
         self.find(key).map_or(CircuitState::Closed, |s| s.state())

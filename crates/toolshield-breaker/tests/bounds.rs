@@ -336,3 +336,28 @@ fn a_key_count_bound_above_max_keys_is_a_config_error() {
     };
     assert!(at_bound.validate().is_ok());
 }
+
+/// `state_counts` (what `/healthz` reads on every request) counts what `status_all`
+/// reports, state by state, without copying a key.
+#[test]
+fn state_counts_agree_with_the_status_of_every_breaker() {
+    let registry = toolshield_breaker::BreakerRegistry::default();
+    for i in 0..40 {
+        let key = format!("tool-{i}");
+        match i % 5 {
+            0 => registry.force_open(&key),
+            1 => registry.force_closed(&key),
+            2 => registry.metrics_only(&key),
+            _ => registry.reset(&key),
+        }
+    }
+    let counts = registry.state_counts();
+    assert_eq!(counts.len(), toolshield_breaker::CircuitState::ALL.len());
+    let statuses = registry.status_all();
+    for (state, n) in counts {
+        let expected = statuses.iter().filter(|s| s.state == state).count();
+        assert_eq!(n, expected, "{state:?}");
+    }
+    assert_eq!(counts.iter().map(|(_, n)| n).sum::<usize>(), 40);
+    assert_eq!(counts[3], (toolshield_breaker::CircuitState::ForcedOpen, 8));
+}
