@@ -59,7 +59,8 @@ pub struct IdempotencyConfig {
     pub lease: Duration,
     /// What a duplicate does while the first call runs.
     pub on_pending: OnPending,
-    /// The longest a duplicate waits in [`OnPending::Wait`] before `IN_PROGRESS`.
+    /// The longest a duplicate waits in [`OnPending::Wait`] before `IN_PROGRESS` (less
+    /// when the call's deadline comes first; a cancelled call stops waiting at once).
     #[serde(with = "duration")]
     pub wait_timeout: Duration,
     /// How soon a waiting duplicate first reads the record again; the interval then

@@ -68,14 +68,16 @@ impl IdempotencyHandle {
     }
 
     /// The storage key of a given `key` of `tool`, for `caller` (or for calls without a
-    /// caller) as the layer's caller scoping says.
+    /// caller) as the layer's caller scoping says; whitespace around the key is not part
+    /// of it, as for the layer.
     fn given_key(&self, tool: &str, caller: Option<&str>, key: &str) -> String {
         let caller = caller.filter(|_| self.0.state().config.scope_keys_by_caller);
         storage_key(tool, caller, key)
     }
 
     /// The record of the given idempotency `key` of `tool`, sent by `caller` (`None` for
-    /// calls without a caller), if any.
+    /// calls without a caller), if any. Whitespace around `key` is ignored, as the layer
+    /// ignores it.
     pub async fn record(
         &self,
         tool: &str,

@@ -19,9 +19,11 @@ use toolshield_core::{idempotency_key_of, ToolError, ToolRequest};
 /// assert_eq!(storage_key("pay", None, "order-1"), "idemp:{pay}:-:g:order-1");
 /// // A caller-less key that looks like Alice's is not Alice's.
 /// assert_ne!(storage_key("pay", None, "alice/order-1"), storage_key("pay", Some("alice"), "order-1"));
+/// // Whitespace around a key is not part of it, as for the layer.
+/// assert_eq!(storage_key("pay", None, " order-1\t"), storage_key("pay", None, "order-1"));
 /// ```
 pub fn storage_key(tool: &str, caller: Option<&str>, key: &str) -> String {
-    encode(tool, caller, KeySource::Given, key)
+    encode(tool, caller, KeySource::Given, key.trim())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -428,7 +428,12 @@ where
     // ----- claim, replay, wait -----
     let (lease, resume) = loop {
         let sent = time::now();
-        let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent, cfg.wait_timeout));
+        // A duplicate waits until `wait_timeout`, or until its call's deadline if that
+        // comes first: past it nobody waits for the answer.
+        let wait_until = *wait_until.get_or_insert_with(|| {
+            let bound = deadline_after(sent, cfg.wait_timeout);
+            req.deadline_at().map_or(bound, |d| bound.min(d))
+        });
         // While the claim is in flight, a drop (or a failure: a claim that timed out may
         // still land) releases it by our token (unless it took over resumable work).
         guard.on_drop = OnDrop::ReleaseClaim;
@@ -450,6 +455,27 @@ where
                 // The claim may have been applied although it failed here: release it now
                 // (owner-checked), so the key is not blocked for a whole lease.
                 guard.spawn_cleanup();
+                if waited && cfg.on_store_error == OnStoreError::FailOpen {
+                    // This duplicate has seen the key held by a live claim for its
+                    // payload: running without dedupe now would run the call beside that
+                    // claim. It waits on (under a new owner token: the release just
+                    // spawned must never free a later claim of this call) and answers as
+                    // a wait that ran out if the store stays down.
+                    tracing::warn!(tool = %tool, error = %e, "idempotency store unavailable while waiting for a running duplicate; waiting on");
+                    guard.owner = new_owner_token();
+                    let now = time::now();
+                    if now >= wait_until {
+                        counters.in_progress.bump();
+                        return Err(in_progress(&tool));
+                    }
+                    if !pause(&req, interval.min(wait_until - now)).await {
+                        return Err(cancelled_while_waiting(&tool));
+                    }
+                    interval = interval
+                        .saturating_mul(2)
+                        .min(cfg.max_poll_interval.max(cfg.poll_interval));
+                    continue;
+                }
                 return match cfg.on_store_error {
                     OnStoreError::FailClosed => Err(ToolError::new(
                         ErrorKind::StoreUnavailable,
@@ -497,7 +523,9 @@ where
                 if now >= wait_until {
                     return replay(&shared, &rec, same, &tool);
                 }
-                tokio::time::sleep(interval.min(wait_until - now)).await;
+                if !pause(&req, interval.min(wait_until - now)).await {
+                    return Err(cancelled_while_waiting(&tool));
+                }
                 interval = interval
                     .saturating_mul(2)
                     .min(cfg.max_poll_interval.max(cfg.poll_interval));
@@ -516,6 +544,24 @@ where
         resume,
     };
     Box::pin(execute(shared, svc, req, owned)).await
+}
+
+/// Sleeps `wait` between two reads of a waiting duplicate, unless the caller cancels the
+/// call first (its call token): then `false`, at once. A cancelled duplicate must not go
+/// on to claim a key that frees meanwhile and call the tool with a cancelled token (a
+/// mutation would then be kept `OUTCOME_UNKNOWN` although nothing ran).
+async fn pause(req: &ToolRequest, wait: Duration) -> bool {
+    tokio::select! {
+        biased;
+        () = req.call_token().cancelled() => false,
+        () = tokio::time::sleep(wait) => true,
+    }
+}
+
+fn cancelled_while_waiting(tool: &str) -> ToolError {
+    ToolError::cancelled(format!(
+        "call of `{tool}` cancelled while it waited for a duplicate with the same idempotency key"
+    ))
 }
 
 /// A claim this call owns: what the call-and-record phase needs.
@@ -620,6 +666,39 @@ where
         // ----- we own the key: call, renewing the lease -----
         let mutating = req.call_kind() == CallKind::Mutating;
         guard.on_drop = OnDrop::Release;
+        if mutating && time::now() >= lease.abort_at() {
+            // The claim was answered so late that a mutation started now would be abandoned
+            // at once (and kept OUTCOME_UNKNOWN although it hardly began): renew first, and
+            // start it only with a lease it can keep. A drop meanwhile frees the key, unless
+            // the claim took over resumable work (its token must stay for the next claim).
+            if claim.from.is_some() {
+                guard.on_drop = OnDrop::Nothing;
+            }
+            let sent = time::now();
+            match shared.store.renew(skey, owner, cfg.lease).await {
+                Ok(true) => lease.renewed(sent),
+                Ok(false) => {}
+                Err(e) => {
+                    counters.store_errors.bump();
+                    tracing::warn!(tool = %tool, error = %e, "idempotency: could not renew a claim answered late");
+                }
+            }
+            if time::now() >= lease.abort_at() {
+                tracing::warn!(tool = %tool, "idempotency: the claim could not be kept long enough to start the call; the tool was not called");
+                if claim.from.is_none() {
+                    // Nothing ran: free the key (owner-checked). A claim that took over
+                    // resumable work is left to lapse instead, keeping its token.
+                    if shared.store.release(skey, owner).await.is_err() {
+                        counters.store_errors.bump();
+                    }
+                }
+                guard.on_drop = OnDrop::Nothing;
+                return Err(ToolError::new(
+                    ErrorKind::StoreUnavailable,
+                    format!("idempotency store too slow to keep the claim of `{tool}`; the call was not started"),
+                ));
+            }
+        }
         counters.executions.bump();
         if mutating {
             // From here on the call may take effect: a drop leaves OUTCOME_UNKNOWN.

@@ -404,6 +404,35 @@ async fn whitespace_around_a_key_is_not_part_of_it() {
     assert!(outputs.windows(2).all(|w| w[0] == w[1]), "{outputs:?}");
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_handle_reads_and_forgets_a_key_given_with_whitespace_around_it() {
+    let runs = Arc::new(Runs::default());
+    let (layer, handle, _) = faulty(IdempotencyConfig::default());
+    let timing_out = tool(&runs, Duration::ZERO, |_| {
+        Err(ToolError::new(
+            ErrorKind::Timeout,
+            "no answer after the charge",
+        ))
+    });
+    let req = ToolRequest::new("pay", json!({ "amount": 5 }))
+        .kind(CallKind::Mutating)
+        .idempotency_key(" order-7\t");
+    let r = layer.layer(timing_out.clone()).oneshot(req.clone()).await;
+    assert_eq!(r.expect_err("unknown").kind(), ErrorKind::OutcomeUnknown);
+    // An operator reconciles with the key as the caller sent it.
+    let rec = handle.record("pay", None, " order-7\t").await.expect("get");
+    assert_eq!(rec.map(|r| r.status), Some(RecordStatus::Failed));
+    assert!(handle
+        .forget("pay", None, " order-7\t")
+        .await
+        .expect("forget"));
+    assert!(handle
+        .record("pay", None, "order-7")
+        .await
+        .expect("get")
+        .is_none());
+}
+
 // ----- 7. a failure inside the tool layer leaves a mutation OUTCOME_UNKNOWN -----
 
 #[tokio::test(start_paused = true)]
@@ -549,4 +578,67 @@ async fn a_key_whose_owner_died_is_refused_to_another_payload() {
         .await
         .expect("the first payload takes the lapsed claim over");
     assert_eq!(runs.started.load(Ordering::SeqCst), 2);
+}
+
+// ----- a claim answered too late to keep its lease does not start a mutation -----
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_answered_late_renews_before_the_mutation_starts() {
+    let runs = Arc::new(Runs::default());
+    let (layer, handle, plan) = faulty(IdempotencyConfig {
+        lease: Duration::from_secs(4),
+        ..lease_cfg()
+    });
+    let quick = tool(&runs, Duration::from_millis(100), ok_n);
+    // The claim's answer takes most of the lease, and so does the renewal after it: the
+    // call would be past its abandon point (a quarter-lease before the lease ends) as
+    // soon as it started.
+    plan.once("claim", Fault::Delay(Duration::from_millis(3_500)));
+    plan.once("renew", Fault::Delay(Duration::from_secs(1)));
+    let resp = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await
+        .expect("the claim is renewed first, then the call runs and is recorded");
+    assert_eq!(resp.output, json!({"charge": 1}));
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1);
+    let rec = handle.record("pay", None, "order-7").await.expect("get");
+    assert_eq!(rec.map(|r| r.status), Some(RecordStatus::Completed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_cannot_be_kept_never_starts_the_mutation() {
+    let runs = Arc::new(Runs::default());
+    let (layer, handle, plan) = faulty(IdempotencyConfig {
+        lease: Duration::from_secs(4),
+        ..lease_cfg()
+    });
+    let quick = tool(&runs, Duration::from_millis(100), ok_n);
+    plan.once("claim", Fault::Delay(Duration::from_millis(3_500)));
+    plan.always("renew", Fault::Fail);
+    let err = layer
+        .layer(quick.clone())
+        .oneshot(pay(CallKind::Mutating))
+        .await
+        .expect_err("the claim cannot be kept");
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable);
+    assert_eq!(
+        runs.started.load(Ordering::SeqCst),
+        0,
+        "the tool was never called"
+    );
+    // Nothing ran, so the key is free again (not OUTCOME_UNKNOWN for a day).
+    plan.clear();
+    sleep(Duration::from_millis(10)).await;
+    assert!(handle
+        .record("pay", None, "order-7")
+        .await
+        .expect("get")
+        .is_none());
+    layer
+        .layer(quick)
+        .oneshot(pay(CallKind::Mutating))
+        .await
+        .expect("a new call runs");
+    assert_eq!(runs.started.load(Ordering::SeqCst), 1);
 }
