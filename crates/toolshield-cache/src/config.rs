@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use toolshield_core::config::{duration, ConfigError, Problems};
+use toolshield_core::config::{duration, ConfigError, Problems, MAX_DURATION};
 
 /// The cache settings of one tool.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +79,19 @@ impl CacheConfig {
     pub fn with_per_user(mut self, per_user: bool) -> Self {
         self.per_user = per_user;
         self
+    }
+
+    /// The policy as entries are kept: `stale_if_error` cut so that TTL and grace
+    /// together stay within [`MAX_DURATION`], the longest a store keeps an entry. The time
+    /// an entry has left decides fresh or stale, so a grace the store could not add would
+    /// be taken from the fresh TTL (at `MAX_DURATION` each, all of it).
+    pub(crate) fn kept(self) -> Self {
+        CacheConfig {
+            stale_if_error: self
+                .stale_if_error
+                .min(MAX_DURATION.saturating_sub(self.ttl)),
+            ..self
+        }
     }
 
     /// Every problem: each duration at most

@@ -16,9 +16,16 @@ struct Flight {
     key: Box<str>,
     hash: u64,
     caller: Option<Arc<str>>,
-    result: OnceLock<Result<ToolResponse, ToolError>>,
+    result: OnceLock<Handover>,
     ended: AtomicBool,
     done: Notify,
+}
+
+/// What a leader hands its followers: its answer, and whether the tool's failure behind
+/// it (the error, or the one a stale entry answered) was its caller's own.
+struct Handover {
+    result: Result<ToolResponse, ToolError>,
+    callers_own: bool,
 }
 
 /// The calls in flight, by cache key, over [`SHARDS`] locks (a miss takes one twice, and
@@ -124,9 +131,11 @@ impl Follower {
     /// dropped or cancelled), or with a refusal that was its caller's own: the caller
     /// looks again and may lead a new flight.
     ///
-    /// `RATE_LIMITED` and `OVERLOADED` answered to another caller are that caller's own
-    /// when the rate limit or bulkhead inside is keyed by caller: a follower with a
-    /// quota or a compartment of its own does not inherit them.
+    /// `RATE_LIMITED`, `OVERLOADED` and `UNAUTHORIZED` answered to another caller are that
+    /// caller's own when the rate limit or bulkhead inside is keyed by caller, or the
+    /// tool is called with the caller's credentials: a follower with a quota, a
+    /// compartment or credentials of its own inherits neither the refusal nor the stale
+    /// entry the leader was answered with instead.
     pub(crate) async fn wait(self) -> Option<Result<ToolResponse, ToolError>> {
         loop {
             // Registered before the check, so a leader ending in between still wakes us.
@@ -134,8 +143,8 @@ impl Follower {
             notified.as_mut().enable();
             if self.flight.ended.load(Ordering::Acquire) {
                 return match self.flight.result.get() {
-                    Some(Err(e)) if !self.same_caller && callers_own(e.kind()) => None,
-                    found => found.cloned(),
+                    Some(h) if h.callers_own && !self.same_caller => None,
+                    found => found.map(|h| h.result.clone()),
                 };
             }
             notified.await;
@@ -143,9 +152,13 @@ impl Follower {
     }
 }
 
-/// Whether a refusal of this kind may be a caller's own (a limit keyed by caller).
-fn callers_own(kind: ErrorKind) -> bool {
-    matches!(kind, ErrorKind::RateLimited | ErrorKind::Overloaded)
+/// Whether a refusal of this kind may be a caller's own (a limit keyed by caller, or the
+/// caller's credentials refused).
+pub(crate) fn callers_own(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::RateLimited | ErrorKind::Overloaded | ErrorKind::Unauthorized
+    )
 }
 
 /// The leader's side of a flight. Dropped without [`finish`](Leader::finish) (the call was
@@ -173,13 +186,33 @@ impl<R: FlightsRef> Leader<R> {
         Some(flight)
     }
 
+    /// Hands a success to every follower, and to every caller that joins the flight from
+    /// now on, while the leader still has work to do before it finishes (writing the
+    /// result to a store with I/O): nobody waits for that write, and nobody calls the tool
+    /// again before the entry is there. [`finish`](Self::finish) then ends the flight.
+    pub(crate) fn publish(&self, response: &ToolResponse) {
+        if let Some(flight) = &self.flight {
+            let _ = flight.result.set(Handover {
+                result: Ok(response.clone()),
+                callers_own: false,
+            });
+            wake(flight);
+        }
+    }
+
     /// Hands the result to every follower and ends the flight; returns whether the result
-    /// was copied for followers (with none, it is not).
+    /// was copied for followers (with none, it is not). `callers_own` says the tool's
+    /// failure behind `result` was the leader's caller's own ([`callers_own`]): only
+    /// followers of the same caller take it.
     ///
     /// A `CANCELLED` result is the leader's own caller giving up (the tool honoured the
     /// attempt token, a child of that caller's token), not an answer for the followers,
     /// who did not cancel: it ends the flight without a result, as a dropped leader does.
-    pub(crate) fn finish(mut self, result: &Result<ToolResponse, ToolError>) -> bool {
+    pub(crate) fn finish(
+        mut self,
+        result: &Result<ToolResponse, ToolError>,
+        callers_own: bool,
+    ) -> bool {
         if matches!(result, Err(e) if e.kind() == ErrorKind::Cancelled) {
             return false; // dropped here: no result
         }
@@ -187,7 +220,16 @@ impl<R: FlightsRef> Leader<R> {
             return false;
         };
         // The map's reference is gone: any other reference is a follower's.
-        let copied = Arc::strong_count(&flight) > 1 && flight.result.set(result.clone()).is_ok();
+        // Not copied again when `publish` handed it over already.
+        let copied = Arc::strong_count(&flight) > 1
+            && flight.result.get().is_none()
+            && flight
+                .result
+                .set(Handover {
+                    result: result.clone(),
+                    callers_own,
+                })
+                .is_ok();
         wake(&flight);
         copied
     }
@@ -243,7 +285,7 @@ mod tests {
         };
         let waiting = tokio::spawn(follower.wait());
         tokio::task::yield_now().await;
-        leader.finish(&Ok(ToolResponse::new(serde_json::json!(1))));
+        leader.finish(&Ok(ToolResponse::new(serde_json::json!(1))), false);
         assert_eq!(flights.len(), 0);
         let got = waiting.await.expect("follower task");
         assert!(matches!(got, Some(Ok(r)) if r.output == serde_json::json!(1)));
@@ -258,7 +300,7 @@ mod tests {
         let Join::Follow(follower) = join(&flights, "k", None) else {
             panic!("the second caller follows");
         };
-        assert!(!leader.finish(&Err(ToolError::cancelled("the caller gave up"))));
+        assert!(!leader.finish(&Err(ToolError::cancelled("the caller gave up")), false));
         assert_eq!(flights.len(), 0, "the flight is gone");
         assert!(
             follower.wait().await.is_none(),
@@ -274,7 +316,7 @@ mod tests {
         let Join::Lead(alone) = join(&flights, "k", None) else {
             panic!("the first caller leads");
         };
-        assert!(!alone.finish(&ok), "no follower: nothing copied");
+        assert!(!alone.finish(&ok, false), "no follower: nothing copied");
 
         let Join::Lead(leader) = join(&flights, "k", None) else {
             panic!("the next caller leads a new flight");
@@ -282,7 +324,10 @@ mod tests {
         let Join::Follow(_follower) = join(&flights, "k", None) else {
             panic!("the second caller follows");
         };
-        assert!(leader.finish(&ok), "a follower: the result is handed over");
+        assert!(
+            leader.finish(&ok, false),
+            "a follower: the result is handed over"
+        );
     }
 
     #[test]
@@ -294,7 +339,7 @@ mod tests {
         let Join::Lead(second) = join(&flights, "cache:{a}:-:2", None) else {
             panic!("another key has a flight of its own");
         };
-        assert!(!first.finish(&Ok(ToolResponse::new(serde_json::json!(1)))));
+        assert!(!first.finish(&Ok(ToolResponse::new(serde_json::json!(1))), false));
         assert_eq!(flights.len(), 1, "the other key's flight is still there");
         assert!(
             matches!(join(&flights, "cache:{a}:-:2", None), Join::Follow(_)),

@@ -9,8 +9,11 @@
 //! response with `provenance.cache_hit = true` and its original `fetched_at`.
 //!
 //! - **Single-flight**: concurrent misses on one key run the tool once and share the
-//!   result; if that call is dropped or ends `CANCELLED`, a waiting one takes over (one
-//!   caller's cancellation is never another caller's answer).
+//!   result; if that call is dropped, ends `CANCELLED` or reaches its own deadline, a
+//!   waiting one takes over (one caller's cancellation is never another caller's answer).
+//!   A refusal that may be its caller's own (`RATE_LIMITED`, `OVERLOADED`,
+//!   `UNAUTHORIZED`), or the stale entry served for it, reaches only followers of the same
+//!   caller; a follower leaves with `TIMEOUT` at its own deadline.
 //! - **Errors are never cached** (nor in-band failures such as MCP `isError`).
 //! - **Stale-if-error**: within a grace period after the TTL, a call that fails because
 //!   the tool is unavailable (timeout, connection, 5xx, open circuit) returns the old

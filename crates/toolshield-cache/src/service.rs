@@ -1,6 +1,7 @@
 //! [`Cache`]: the service and its hit / miss / single-flight / stale-if-error paths.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -12,7 +13,7 @@ use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
 use crate::config::CacheConfig;
-use crate::flight::{self, Flights, FlightsRef, Join, Leader};
+use crate::flight::{self, Flights, FlightsRef, Follower, Join, Leader};
 use crate::future::ResponseFuture;
 use crate::handle::Shared;
 use crate::layer::CacheLayer;
@@ -79,7 +80,8 @@ impl StorePath<ToolRequest> for CacheLayer {
         if !req.call_kind().is_cacheable() {
             return ResponseFuture::passthrough(inner.call(req));
         }
-        let policy = self.config;
+        // The grace cut to what the store can keep past the TTL (see `CacheConfig::kept`).
+        let policy = self.config.kept();
         let Some(key) = key_for(&req, &policy) else {
             return ResponseFuture::passthrough(inner.call(req));
         };
@@ -176,7 +178,7 @@ where
             let caller = call.as_ref().and_then(|(_, r)| r.meta().caller_id.as_ref());
             match flight::join(&*shared, &key, caller) {
                 Join::Lead(leader) => break (leader, stale),
-                Join::Follow(follower) => match follower.wait().await {
+                Join::Follow(follower) => match follow(follower, &call).await? {
                     Some(result) => {
                         shared.counters.coalesced.bump();
                         return result.map(hit);
@@ -195,6 +197,29 @@ where
         };
         settle(leader, called, &key, policy, stale, deadline).await
     }
+}
+
+/// What a follower's wait ends with: the leader's result, `None` when the follower looks
+/// again (its leader gave up), or the follower's own `TIMEOUT` at its deadline.
+type Followed = Result<Option<Result<ToolResponse, ToolError>>, ToolError>;
+
+/// A follower's wait for its leader, bounded by the follower's own request deadline: the
+/// attempt timeout enforces that deadline on a call that reaches it, and a follower never
+/// does, so it leaves here with `TIMEOUT` at its deadline (at once when it has passed)
+/// while the leader runs on. Boxed: followers are few, and the full path stays small.
+fn follow<S>(
+    follower: Follower,
+    call: &Option<(S, ToolRequest)>,
+) -> Pin<Box<dyn Future<Output = Followed> + Send>> {
+    let deadline = call.as_ref().and_then(|(_, req)| req.deadline_at());
+    Box::pin(async move {
+        match deadline {
+            Some(at) => tokio::time::timeout_at(at, follower.wait())
+                .await
+                .map_err(|_| ToolError::timeout("call reached its deadline")),
+            None => Ok(follower.wait().await),
+        }
+    })
 }
 
 /// The layer's state, owned by a flight's leader made in `call`.
@@ -283,6 +308,9 @@ where
                 let ttl = policy.ttl.saturating_add(policy.stale_if_error);
                 // At once where the store can (no boxed future), else through `put`.
                 if let Err(copy) = shared.store.try_put_now(key, resp.clone(), ttl) {
+                    // Followers, and callers coming while the write is under way, are
+                    // answered now: none of them waits for the store.
+                    leader.publish(resp);
                     if let Err(e) = shared.store.put(key, copy, ttl).await {
                         shared.counters.store_errors.bump();
                         tracing::warn!(error = %e, "cache store unavailable: result not cached");
@@ -290,6 +318,8 @@ where
                 }
             }
         }
+        // The tool's failure, kept past a stale answer: it decides what followers get.
+        let failed = result.as_ref().err().map(ToolError::kind);
         if let (Err(e), Some(old)) = (&result, stale) {
             if !policy.stale_if_error.is_zero() && serves_stale(e.kind()) && time::now() < old.until
             {
@@ -300,16 +330,14 @@ where
                 result = Ok(hit(old));
             }
         }
-        match &result {
-            // Dropped: the flight ends without a result and a follower leads a new one.
-            Err(e)
-                if e.kind() == ErrorKind::Timeout
-                    && deadline.is_some_and(|at| time::now() >= at) =>
-            {
+        match failed {
+            // Dropped: the flight ends without a result (nor the stale entry that answered
+            // the leader) and a follower leads a new one.
+            Some(ErrorKind::Timeout) if deadline.is_some_and(|at| time::now() >= at) => {
                 drop(leader);
             }
             _ => {
-                leader.finish(&result);
+                leader.finish(&result, failed.is_some_and(flight::callers_own));
             }
         }
         result

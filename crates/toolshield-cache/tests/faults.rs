@@ -245,3 +245,46 @@ async fn random_store_faults_never_fail_a_call() {
     );
     assert!(handle.counts().store_errors > 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_store_write_that_never_returns_holds_no_follower() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let slow_tool = service_fn(move |_req: ToolRequest| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            sleep(Duration::from_secs(1)).await;
+            Ok::<_, ToolError>(resp(n as u64))
+        }
+    });
+    let (store, plan) = faulty();
+    plan.once("put", Fault::Hang);
+    let (layer, handle) = layer_over(store);
+    let leader = tokio::spawn(layer.layer(slow_tool.clone()).oneshot(weather()));
+    sleep(Duration::from_millis(10)).await;
+    let follower = tokio::spawn(layer.layer(slow_tool.clone()).oneshot(weather()));
+
+    let r = timeout(Duration::from_secs(10), follower)
+        .await
+        .expect("the follower is answered once the tool has answered, not after the write")
+        .expect("task")
+        .expect("the tool's result");
+    assert_eq!(r.output, json!({"n": 1}));
+    assert!(
+        r.provenance.cache_hit,
+        "the tool did not run for the follower"
+    );
+
+    // While the write hangs, a later call is answered by the flight, without the tool.
+    let later = timeout(
+        Duration::from_secs(10),
+        layer.layer(slow_tool.clone()).oneshot(weather()),
+    )
+    .await
+    .expect("a later caller is not held by the write either")
+    .expect("the tool's result");
+    assert_eq!(later.output, json!({"n": 1}));
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the tool ran once");
+    assert_eq!(handle.counts().coalesced, 2);
+    leader.abort();
+}

@@ -204,3 +204,54 @@ async fn other_failures_are_shared_with_every_follower() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_leaves_at_its_own_deadline_while_the_leader_runs_on() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let svc = BoxedTool::new(service_fn(move |_req: ToolRequest| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            sleep(Duration::from_secs(10)).await;
+            Ok::<_, ToolError>(ToolResponse::new(json!({ "n": n })))
+        }
+    }));
+    let layer = layer();
+    let leader = tokio::spawn(layer.layer(svc.clone()).oneshot(weather()));
+    sleep(Duration::from_millis(10)).await;
+    let start = Instant::now();
+    let follower_req = weather().deadline(start + Duration::from_secs(1));
+    let err = layer
+        .layer(svc.clone())
+        .oneshot(follower_req)
+        .await
+        .expect_err("the follower's deadline comes first");
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(1),
+        "the follower left at its deadline, not when the leader's call ended"
+    );
+    let ok = leader.await.expect("task").expect("the leader runs on");
+    assert_eq!(ok.output, json!({"n": 1}));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // A follower whose deadline has passed leaves at once.
+    let leader =
+        tokio::spawn(layer.layer(svc.clone()).oneshot(
+            ToolRequest::new("weather", json!({"city": "Oslo"})).kind(CallKind::ReadOnly),
+        ));
+    sleep(Duration::from_millis(10)).await;
+    let start = Instant::now();
+    let late = ToolRequest::new("weather", json!({"city": "Oslo"}))
+        .kind(CallKind::ReadOnly)
+        .deadline(start - Duration::from_millis(5));
+    let err = layer
+        .layer(svc.clone())
+        .oneshot(late)
+        .await
+        .expect_err("past its deadline");
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    leader.await.expect("task").expect("the leader runs on");
+}
