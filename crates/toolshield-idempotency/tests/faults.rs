@@ -3,71 +3,21 @@
 //! Each test names the guarantee it protects; the store is wrapped in `FaultyStore` so
 //! any operation can fail, land late, or succeed after the caller gave up on it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod support;
+
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::{advance, sleep};
-use toolshield_core::faults::{Fault, FaultPlan};
+use toolshield_core::faults::Fault;
 use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_idempotency::testing::FaultyStore;
-use toolshield_idempotency::{
-    IdempotencyConfig, IdempotencyHandle, IdempotencyLayer, InMemoryIdempotencyStore, OnPending,
-    RecordStatus,
-};
+use toolshield_idempotency::{IdempotencyConfig, IdempotencyLayer, OnPending, RecordStatus};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
-type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
-
-/// Counts executions, and how many run at once (a drop of the future ends one).
-#[derive(Default)]
-struct Runs {
-    started: AtomicUsize,
-    running: AtomicUsize,
-    max_running: AtomicUsize,
-}
-
-struct Running(Arc<Runs>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A tool that takes `delay` and answers `answer(n)` for its n-th execution.
-fn tool<F>(runs: &Arc<Runs>, delay: Duration, answer: F) -> Svc
-where
-    F: Fn(usize) -> Result<ToolResponse, ToolError> + Clone + Send + Sync + 'static,
-{
-    let runs = Arc::clone(runs);
-    BoxCloneService::new(service_fn(move |_req: ToolRequest| {
-        let runs = Arc::clone(&runs);
-        let answer = answer.clone();
-        async move {
-            let n = runs.started.fetch_add(1, Ordering::SeqCst) + 1;
-            let now = runs.running.fetch_add(1, Ordering::SeqCst) + 1;
-            runs.max_running.fetch_max(now, Ordering::SeqCst);
-            let _running = Running(Arc::clone(&runs));
-            sleep(delay).await;
-            answer(n)
-        }
-    }))
-}
-
-fn ok_n(n: usize) -> Result<ToolResponse, ToolError> {
-    Ok(ToolResponse::new(json!({ "charge": n })))
-}
-
-fn faulty(cfg: IdempotencyConfig) -> (IdempotencyLayer, IdempotencyHandle, FaultPlan) {
-    let plan = FaultPlan::new();
-    let store = FaultyStore::new(Arc::new(InMemoryIdempotencyStore::new()), plan.clone());
-    let layer = IdempotencyLayer::with_store(cfg, Arc::new(store)).expect("valid config");
-    let handle = layer.handle();
-    (layer, handle, plan)
-}
+use support::{faulty, ok_n, tool, Runs};
 
 fn pay(kind: CallKind) -> ToolRequest {
     ToolRequest::new("pay", json!({"amount": 42}))

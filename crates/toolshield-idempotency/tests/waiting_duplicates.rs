@@ -1,68 +1,22 @@
 //! A duplicate that waits for a running call (`OnPending::Wait`): what ends its wait, and
 //! that it never runs the tool while the first call still holds the key. Paused clock.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod support;
+
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::{sleep, Instant};
-use toolshield_core::faults::{Fault, FaultPlan};
+use toolshield_core::faults::Fault;
 use toolshield_core::{
     CallKind, CancellationToken, ErrorKind, ToolError, ToolRequest, ToolResponse,
 };
-use toolshield_idempotency::testing::FaultyStore;
-use toolshield_idempotency::{
-    IdempotencyConfig, IdempotencyHandle, IdempotencyLayer, InMemoryIdempotencyStore, OnPending,
-    OnStoreError, RecordStatus,
-};
-use tower::util::BoxCloneService;
-use tower::{service_fn, Layer, ServiceExt};
+use toolshield_idempotency::{IdempotencyConfig, OnPending, OnStoreError, RecordStatus};
+use tower::{Layer, ServiceExt};
 
-type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
-
-/// Executions started, and the most that ran at once.
-#[derive(Default)]
-struct Runs {
-    started: AtomicUsize,
-    running: AtomicUsize,
-    max_running: AtomicUsize,
-}
-
-struct Running(Arc<Runs>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A tool that takes `delay`, watching its call's token (a cancelled call answers
-/// `CANCELLED`, as a well-behaved tool does), then answers `answer(n)` for its n-th run.
-fn tool<F>(runs: &Arc<Runs>, delay: Duration, answer: F) -> Svc
-where
-    F: Fn(usize) -> Result<ToolResponse, ToolError> + Clone + Send + Sync + 'static,
-{
-    let runs = Arc::clone(runs);
-    BoxCloneService::new(service_fn(move |req: ToolRequest| {
-        let runs = Arc::clone(&runs);
-        let answer = answer.clone();
-        async move {
-            let n = runs.started.fetch_add(1, Ordering::SeqCst) + 1;
-            let now = runs.running.fetch_add(1, Ordering::SeqCst) + 1;
-            runs.max_running.fetch_max(now, Ordering::SeqCst);
-            let _running = Running(Arc::clone(&runs));
-            tokio::select! {
-                () = req.call_token().cancelled() => Err(ToolError::cancelled("stopped")),
-                () = sleep(delay) => answer(n),
-            }
-        }
-    }))
-}
-
-fn ok_n(n: usize) -> Result<ToolResponse, ToolError> {
-    Ok(ToolResponse::new(json!({ "charge": n })))
-}
+use support::{faulty, ok_n, tool_watching_token, Runs};
 
 /// The first run fails retriably (the key is released); later runs succeed.
 fn unavailable_then_ok(n: usize) -> Result<ToolResponse, ToolError> {
@@ -71,14 +25,6 @@ fn unavailable_then_ok(n: usize) -> Result<ToolResponse, ToolError> {
     } else {
         ok_n(n)
     }
-}
-
-fn faulty(cfg: IdempotencyConfig) -> (IdempotencyLayer, IdempotencyHandle, FaultPlan) {
-    let plan = FaultPlan::new();
-    let store = FaultyStore::new(Arc::new(InMemoryIdempotencyStore::new()), plan.clone());
-    let layer = IdempotencyLayer::with_store(cfg, Arc::new(store)).expect("valid config");
-    let handle = layer.handle();
-    (layer, handle, plan)
 }
 
 fn pay() -> ToolRequest {
@@ -102,7 +48,7 @@ async fn a_waiter_whose_poll_fails_under_fail_open_never_runs_beside_the_owner()
         on_store_error: OnStoreError::FailOpen,
         ..waiting()
     });
-    let slow = tool(&runs, Duration::from_secs(2), ok_n);
+    let slow = tool_watching_token(&runs, Duration::from_secs(2), ok_n);
     let first = tokio::spawn(layer.layer(slow.clone()).oneshot(pay()));
     sleep(Duration::from_millis(10)).await;
     // The duplicate's first read finds the running claim; its second read fails.
@@ -129,7 +75,7 @@ async fn a_waiter_under_fail_open_whose_store_stays_down_ends_in_progress() {
         on_store_error: OnStoreError::FailOpen,
         ..waiting()
     });
-    let slow = tool(&runs, Duration::from_secs(30), ok_n);
+    let slow = tool_watching_token(&runs, Duration::from_secs(30), ok_n);
     let first = tokio::spawn(layer.layer(slow.clone()).oneshot(pay()));
     sleep(Duration::from_millis(10)).await;
     let started = Instant::now();
@@ -150,7 +96,7 @@ async fn a_waiter_under_fail_open_whose_store_stays_down_ends_in_progress() {
 async fn a_waiter_cancelled_while_it_waits_ends_cancelled_and_never_claims() {
     let runs = Arc::new(Runs::default());
     let (layer, handle, _plan) = faulty(waiting());
-    let slow = tool(&runs, Duration::from_secs(2), unavailable_then_ok);
+    let slow = tool_watching_token(&runs, Duration::from_secs(2), unavailable_then_ok);
     let first = tokio::spawn(layer.layer(slow.clone()).oneshot(pay()));
     sleep(Duration::from_millis(10)).await;
     let token = CancellationToken::new();
@@ -198,7 +144,7 @@ async fn a_waiter_cancelled_while_it_waits_ends_cancelled_and_never_claims() {
 async fn a_waiter_stops_waiting_at_its_calls_deadline() {
     let runs = Arc::new(Runs::default());
     let (layer, handle, _plan) = faulty(waiting());
-    let slow = tool(&runs, Duration::from_secs(5), unavailable_then_ok);
+    let slow = tool_watching_token(&runs, Duration::from_secs(5), unavailable_then_ok);
     let first = tokio::spawn(layer.layer(slow.clone()).oneshot(pay()));
     sleep(Duration::from_millis(10)).await;
     let started = Instant::now();
