@@ -447,7 +447,11 @@ impl ToolError {
                 let tool = &*printable(tool, MAX_TOOL_NAME_SHOWN);
                 // Rounded up: told "6" after a 6.5 s wait, the model would come back early
                 // and be refused again.
-                let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+                // Saturating: a wait of `Duration::MAX` must not overflow.
+                let secs = wait
+                    .as_secs()
+                    .saturating_add(u64::from(wait.subsec_nanos() > 0))
+                    .max(1);
                 let unit = if secs == 1 { "second" } else { "seconds" };
                 format!(
                     "The tool `{tool}` is rate limited. Wait {secs} {unit} before calling it again."
@@ -478,9 +482,21 @@ impl fmt::Debug for ToolError {
     }
 }
 
+/// `CODE: message`, on one line: a message may come from a tool or a server behind it,
+/// and a newline or an escape sequence in it must not forge a log line. Every control
+/// character and line separator is shown as a space ([`message`](ToolError::message)
+/// keeps the text as it came).
 impl fmt::Display for ToolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind.code(), self.message)
+        f.write_str(self.kind.code())?;
+        f.write_str(": ")?;
+        let mut rest = &*self.message;
+        while let Some((at, c)) = rest.char_indices().find(|&(_, c)| breaks_a_line(c)) {
+            f.write_str(&rest[..at])?;
+            f.write_str(" ")?;
+            rest = &rest[at + c.len_utf8()..];
+        }
+        f.write_str(rest)
     }
 }
 
@@ -587,11 +603,69 @@ impl From<std::io::Error> for ToolError {
     }
 }
 
+/// `INVALID_INPUT`, the serde_json error kept as the source. The message says what kind
+/// of error it was, where, and what was expected (a missing or unknown field is named:
+/// a caller needs it to correct its call), but never a value serde_json quotes
+/// (`invalid type: string "4111-...", expected u64` becomes `expected u64`): a payload
+/// value must not reach a message that a model or a log reads.
 #[cfg(feature = "serde_json")]
 impl From<serde_json::Error> for ToolError {
     fn from(e: serde_json::Error) -> Self {
-        ToolError::from_source(ErrorKind::InvalidInput, e)
+        use serde_json::error::Category;
+        let what = match e.classify() {
+            Category::Io => "could not be read",
+            Category::Syntax => "is not valid JSON",
+            Category::Data => "does not have the expected shape",
+            Category::Eof => "ends before it is complete",
+        };
+        let detail = match e.classify() {
+            Category::Data => shape_detail(&e),
+            _ => None,
+        };
+        let mut message = format!("json {what}");
+        if let Some(detail) = detail {
+            message.push_str(": ");
+            message.push_str(&detail);
+        }
+        // serde_json gives line 0 when there was no text (`from_value`).
+        if e.line() != 0 {
+            message.push_str(&format!(" (line {} column {})", e.line(), e.column()));
+        }
+        ToolError::new(ErrorKind::InvalidInput, message).with_source(e)
     }
+}
+
+/// What a serde_json data error says beside the values it quotes: the field a payload
+/// misses or has too many of (the names of the caller's own keys), or what was expected
+/// where a value did not fit. `None` when only the values would be left.
+#[cfg(feature = "serde_json")]
+fn shape_detail(e: &serde_json::Error) -> Option<String> {
+    let text = e.to_string();
+    // `... at line L column C` when the error has a place: told apart, below.
+    let text = match text.rfind(" at line ") {
+        Some(at) if e.line() != 0 => &text[..at],
+        _ => text.as_str(),
+    };
+    let detail = if text.starts_with("missing field ")
+        || text.starts_with("unknown field ")
+        || text.starts_with("duplicate field ")
+    {
+        // `unknown field `x`, expected one of ...`: the name is the caller's key.
+        text
+    } else if let Some((_, expected)) = text.rsplit_once(", expected ") {
+        // `invalid type: string "4111", expected u64`, `invalid value: ...`,
+        // `unknown variant `x`, expected one of ...`: the value goes, the shape stays.
+        return Some(cut_detail(&format!("expected {expected}")));
+    } else {
+        return None;
+    };
+    Some(cut_detail(detail))
+}
+
+/// A detail on one line and at most 200 bytes.
+#[cfg(feature = "serde_json")]
+fn cut_detail(text: &str) -> String {
+    printable(text, 200).into_owned()
 }
 
 impl From<tokio::time::error::Elapsed> for ToolError {

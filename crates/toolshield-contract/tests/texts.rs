@@ -70,3 +70,29 @@ fn for_model_renders_a_hostile_tool_name_bounded_on_one_line() {
         .for_model("weather")
         .contains("`weather`"));
 }
+
+#[test]
+fn a_rate_limit_wait_at_the_largest_duration_is_told_without_overflow() {
+    let text = ToolError::rate_limited("slow down", Some(Duration::MAX)).for_model("weather");
+    assert!(
+        text.contains(&format!("Wait {} seconds", u64::MAX)),
+        "{text}"
+    );
+}
+
+#[test]
+fn display_keeps_an_error_on_one_line() {
+    let e = ToolError::execution_failed("boom\nINFO forged log line\r\u{1b}[2J\u{2028}end");
+    let shown = e.to_string();
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    assert!(!shown.contains('\u{2028}'), "{shown:?}");
+    assert!(shown.starts_with("EXECUTION_FAILED: boom"), "{shown}");
+    assert!(shown.contains("forged log line"), "{shown}");
+    // The message itself is kept as it came, for code that reads it.
+    assert!(e.message().contains('\n'));
+    // A plain message reads as before.
+    assert_eq!(
+        ToolError::timeout("attempt exceeded 30s").to_string(),
+        "TIMEOUT: attempt exceeded 30s"
+    );
+}

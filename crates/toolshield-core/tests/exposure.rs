@@ -108,3 +108,43 @@ fn a_payload_nested_too_deep_for_a_canonical_form_is_invalid_input_not_a_crash()
         .join()
         .unwrap();
 }
+
+#[test]
+fn a_serde_json_error_keeps_the_payload_values_out_of_the_message() {
+    let payload = serde_json::json!("4111-1111-1111-1111");
+    let err = serde_json::from_value::<u64>(payload).expect_err("a string is not a number");
+    assert!(
+        err.to_string().contains("4111"),
+        "serde_json quotes the value: {err}"
+    );
+    let e = ToolError::from(err);
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(!e.message().contains("4111"), "{}", e.message());
+    assert!(!e.to_string().contains("4111"), "{e}");
+    // The source is kept for code that inspects it.
+    assert!(std::error::Error::source(&e).is_some());
+    // A syntax error keeps where it is.
+    let syntax = serde_json::from_str::<serde_json::Value>("{\"card\": 4111x}").unwrap_err();
+    let e = ToolError::from(syntax);
+    assert!(!e.message().contains("4111"), "{}", e.message());
+    assert!(e.message().contains("line 1"), "{}", e.message());
+    // What was expected, and the caller's own field names, stay: a caller needs them to
+    // correct its call.
+    let e = ToolError::from(serde_json::from_value::<u64>(serde_json::json!("4111")).unwrap_err());
+    assert!(e.message().contains("expected u64"), "{}", e.message());
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Lookup {
+        city: String,
+    }
+    let missing = serde_json::from_value::<Lookup>(serde_json::json!({})).unwrap_err();
+    assert!(ToolError::from(missing)
+        .message()
+        .contains("missing field `city`"));
+    let unknown =
+        serde_json::from_value::<Lookup>(serde_json::json!({"city": "x", "cty": 1})).unwrap_err();
+    assert!(ToolError::from(unknown)
+        .message()
+        .contains("unknown field `cty`"));
+}

@@ -13,13 +13,23 @@ use jsonschema::error::ValidationErrorKind;
 use jsonschema::{ValidationError, Validator};
 use pin_project_lite::pin_project;
 use serde_json::Value;
+use toolshield_core::config::Problems;
 use toolshield_core::hash::FastState;
-use toolshield_core::{ConfigError, ToolError, ToolRequest};
+use toolshield_core::{printable, ConfigError, ToolError, ToolRequest, MAX_TOOL_NAME_SHOWN};
 use tower_layer::Layer;
 use tower_service::Service;
 
 /// How many schema errors a message lists before it says "and N more".
 const MAX_LISTED: usize = 5;
+
+/// At most this many bytes of one listed error (its path and rule): a rule quotes what
+/// the schema holds (a `const`, a `pattern`), which a schema from a remote server may
+/// make as long as it likes.
+const MAX_ERROR_SHOWN: usize = 256;
+
+/// How many problems of a schema that does not compile are listed before the rest is
+/// counted.
+const MAX_SCHEMA_PROBLEMS: usize = 20;
 
 /// Payloads with more values than this are reported with their first error only:
 /// collecting every error walks the whole payload, and jsonschema collects them all
@@ -101,7 +111,10 @@ impl Schema {
                 format_args!("invalid schema: nested deeper than {MAX_DEPTH} levels"),
             ));
         }
-        let options = jsonschema::options().with_pattern_options(
+        // Offline whatever resolvers jsonschema was built with: another crate in the
+        // build taking jsonschema with its default features turns on its file and HTTP
+        // resolvers here too (features unify).
+        let options = jsonschema::options().offline().with_pattern_options(
             jsonschema::PatternOptions::fancy_regex().backtrack_limit(BACKTRACK_LIMIT),
         );
         match options.build(&schema) {
@@ -112,15 +125,7 @@ impl Schema {
                     compiled: Arc::new(Compiled { validator, names }),
                 })
             }
-            Err(e) => {
-                // Where in the schema: the instance of a compile error is the schema.
-                let at = e.instance_path().as_str();
-                let at = if at.is_empty() { "/" } else { at };
-                Err(ConfigError::single(
-                    "",
-                    format_args!("invalid schema at {at}: {}", e.masked()),
-                ))
-            }
+            Err(e) => Err(schema_problems(&schema, &e)),
         }
     }
 
@@ -130,6 +135,8 @@ impl Schema {
     /// payload's values. A payload nested deeper than [`MAX_DEPTH`] is `INVALID_INPUT`
     /// without being checked.
     pub fn check(&self, tool: &str, payload: &Value) -> Result<(), ToolError> {
+        // The tool name may come from a remote server: on one line, bounded.
+        let tool = printable(tool, MAX_TOOL_NAME_SHOWN);
         if deeper_than(payload, MAX_DEPTH) {
             return Err(ToolError::invalid_input(format!(
                 "arguments for `{tool}` nest arrays and objects deeper than {MAX_DEPTH} levels"
@@ -168,8 +175,60 @@ impl Schema {
     }
 }
 
+/// Every problem of a schema that did not compile (`build` is the error the build
+/// stopped at): each place where it breaks its meta-schema, and the build's own error
+/// when that is not one of them (a reference that goes nowhere, a pattern that is not a
+/// regex). At most [`MAX_SCHEMA_PROBLEMS`] are listed, the rest counted.
+fn schema_problems(schema: &Value, build: &ValidationError<'_>) -> ConfigError {
+    // Where in the schema: the instance of a compile error is the schema.
+    let problem = |e: &ValidationError<'_>| {
+        let at = e.instance_path().as_str();
+        let at = if at.is_empty() { "/" } else { at };
+        let text = format!("invalid schema at {at}: {}", e.masked());
+        printable(&text, MAX_ERROR_SHOWN).into_owned()
+    };
+    let first = problem(build);
+    let mut problems = Problems::new();
+    let mut listed = 0usize;
+    let mut unlisted = 0usize;
+    let mut first_seen = false;
+    // Only a schema of a draft jsonschema bundles is checked against its meta-schema: a
+    // `$schema` of another would have its meta-schema fetched.
+    if jsonschema::Draft::default().detect(schema) != jsonschema::Draft::Unknown {
+        if let Ok(meta) = jsonschema::meta::validator_for(schema) {
+            for error in meta.iter_errors(schema) {
+                let text = problem(&error);
+                first_seen |= text == first;
+                if listed == MAX_SCHEMA_PROBLEMS {
+                    unlisted += 1;
+                } else {
+                    problems.push("", text);
+                    listed += 1;
+                }
+            }
+        }
+    }
+    if !first_seen {
+        if listed < MAX_SCHEMA_PROBLEMS {
+            problems.push("", first);
+        } else {
+            unlisted += 1;
+        }
+    }
+    if unlisted > 0 {
+        problems.push(
+            "",
+            format_args!("invalid schema: and {unlisted} more problems"),
+        );
+    }
+    problems
+        .into_result()
+        .err()
+        .unwrap_or_else(|| ConfigError::single("", "invalid schema"))
+}
+
 /// One schema error as `path: rule`, without the payload's values, and without its keys
-/// except those the schema declares.
+/// except those the schema declares; on one line and at most [`MAX_ERROR_SHOWN`] bytes.
 fn describe(
     error: &ValidationError<'_>,
     payload: &Value,
@@ -192,7 +251,11 @@ fn describe(
         // Schema keywords whose message names no payload key: values are masked.
         _ => error.masked().to_string(),
     };
-    format!("{path}: {rule}")
+    let text = format!("{path}: {rule}");
+    match printable(&text, MAX_ERROR_SHOWN) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(cut) => cut,
+    }
 }
 
 /// The JSON pointer `pointer` into `payload` with every object key the schema does not

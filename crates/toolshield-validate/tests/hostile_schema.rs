@@ -133,3 +133,18 @@ fn ref_loops_compile_and_check_without_hanging() {
         }
     }
 }
+
+#[test]
+fn a_file_ref_is_refused_even_when_a_resolver_is_built_in() {
+    // jsonschema's `resolve-file` is on in this test build, as feature unification turns
+    // it on in any build where another crate takes jsonschema with its default features.
+    let dir = std::env::temp_dir().join(format!("toolshield-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("schema.json");
+    std::fs::write(&target, r#"{"type": "integer"}"#).unwrap();
+    let uri = format!("file://{}", target.display());
+    let result = Schema::new(json!({"$ref": uri}));
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = result.expect_err("the file is not read");
+    assert!(err.to_string().contains("invalid schema"), "{err}");
+}
