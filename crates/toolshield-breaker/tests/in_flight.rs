@@ -18,6 +18,7 @@ use toolshield_breaker::{
     BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState, TransitionReason, WindowConfig,
 };
 use toolshield_core::{ErrorKind, ShieldResponse, SlowCall, ToolError, ToolRequest, ToolResponse};
+use toolshield_test::Rng;
 use tower::{Layer, Service};
 
 type BoxFut = Pin<Box<dyn Future<Output = Result<ToolResponse, ToolError>> + Send>>;
@@ -111,19 +112,8 @@ struct InFlight {
     phase: usize,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 async fn run(seed: u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let permits = 1 + rng.below(3) as u32;
     let config = BreakerConfig {
         consecutive_failures: 2,

@@ -9,23 +9,11 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 use toolshield_budget::{BudgetKey, BudgetLayer, BudgetLedger, LedgerConfig, Scope};
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_test::BareTool;
+use toolshield_test::{BareTool, Rng};
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt};
 
 type Tool = BoxCloneSyncService<ToolRequest, ToolResponse, ToolError>;
-
-/// A small deterministic generator (xorshift), seeded per round.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Outcome {
@@ -38,7 +26,7 @@ enum Outcome {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_charges_never_pass_a_limit_and_every_rejection_is_justified() {
     for seed in 1..=20u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::new(seed);
         let run_max_calls = 5 + rng.below(30);
         let run_max_cost = 10 + rng.below(60);
         let ledger = BudgetLedger::from_config(&LedgerConfig {

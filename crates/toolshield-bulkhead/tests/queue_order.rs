@@ -10,6 +10,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use toolshield_bulkhead::BulkheadLayer;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_test::Rng;
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -107,21 +108,6 @@ async fn a_newcomer_never_takes_the_slot_a_queued_call_waits_for() {
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
     let s = stats.snapshot();
     assert_eq!((s.in_flight, s.queued), (0, 0));
-}
-
-/// A small deterministic generator (xorshift64*), so each seed replays the same plan.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
 }
 
 /// A tool that works `n` ms (its payload), counting the calls running at once.

@@ -20,24 +20,8 @@ use toolshield_cache::testing::FaultyCacheStore;
 use toolshield_cache::{CacheConfig, CacheLayer, InMemoryCacheStore};
 use toolshield_core::faults::{Fault, FaultPlan};
 use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
-use toolshield_test::BoxedTool;
+use toolshield_test::{BoxedTool, Rng};
 use tower::{service_fn, Layer, ServiceExt};
-
-/// xorshift64*: deterministic per seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The caller whose quota and credentials are refused; every other caller is served.
 const REFUSED: &str = "mallory";
@@ -50,7 +34,7 @@ fn tool(seed: u64) -> BoxedTool {
     let calls = Arc::new(AtomicU64::new(0));
     BoxedTool::new(service_fn(move |req: ToolRequest| {
         let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut rng = Rng(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::from_state(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let caller = req.meta().caller_id.as_deref().map(str::to_owned);
         let city = req.payload()["city"].clone();
         let deadline = req.deadline_at();
@@ -101,7 +85,7 @@ struct Call {
 async fn callers_get_only_their_own_outcomes_under_random_flights_and_faults() {
     const CALLERS: [Option<&str>; 4] = [Some("alice"), Some("bob"), Some(REFUSED), None];
     for seed in 1..=60u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+        let mut rng = Rng::from_state(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
         let plan = FaultPlan::new();
         plan.random(
             seed,

@@ -26,31 +26,11 @@ use toolshield_idempotency::testing::FaultyStore;
 use toolshield_idempotency::{
     IdempotencyConfig, IdempotencyLayer, InMemoryIdempotencyStore, OnPending,
 };
+use toolshield_test::Rng;
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
 type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
-
-/// xorshift64*: reproducible per seed, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn millis(&mut self, max: u64) -> Duration {
-        Duration::from_millis(self.below(max + 1))
-    }
-}
 
 #[derive(Debug, Default)]
 struct Log {

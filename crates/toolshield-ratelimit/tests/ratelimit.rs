@@ -15,6 +15,7 @@ use toolshield_ratelimit::{
     RateLimitLayer, RateLimitStore, Turn,
 };
 use toolshield_store::{StoreError, StoreFuture};
+use toolshield_test::Rng;
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
@@ -564,21 +565,6 @@ async fn a_waiter_whose_token_is_cancelled_stops_at_once_and_gives_its_turn_back
     assert_eq!(t0.elapsed(), Duration::from_secs(1));
     let ran: Vec<u64> = starts.lock().unwrap().iter().map(|(n, _)| *n).collect();
     assert_eq!(ran, vec![0, 2], "the cancelled call reached the tool");
-}
-
-/// A small deterministic generator (xorshift64*), so each seed replays the same plan.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
 }
 
 /// Random waiting calls, cancelled by their token or dropped at random, with time

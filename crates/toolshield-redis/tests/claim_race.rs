@@ -2,6 +2,9 @@
 //! the (persistent) server is paused, killed and restarted; a checker of every answer
 //! holds the store to its fencing: no two live claims on a key, one recorded outcome per
 //! key, and a key with a recorded outcome never claimed again.
+//!
+//! On real time, as every test against a real server here: the leases expire on the Redis
+//! server's clock, which tokio's paused clock does not move.
 
 mod common;
 
@@ -16,28 +19,13 @@ use toolshield_core::{Digest, ToolResponse};
 use toolshield_idempotency::{ClaimOutcome, IdempotencyRecord, IdempotencyStore, RecordStatus};
 use toolshield_redis::testing::private_persistent_redis;
 use toolshield_redis::RedisIdempotencyStore;
+use toolshield_test::Rng;
 
 const CLIENTS: usize = 4;
 const KEYS: usize = 3;
 const LEASE: Duration = Duration::from_millis(600);
 const OP_TIMEOUT: Duration = Duration::from_millis(150);
 const RECORD_TTL: Duration = Duration::from_secs(600);
-
-/// A small deterministic generator (xorshift64*), seeded per client.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What the checker knows of one key.
 #[derive(Default)]
@@ -123,7 +111,7 @@ async fn client(
     checker: Arc<Mutex<Checker>>,
     until: Instant,
 ) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_state(seed);
     let hash = Digest::of_bytes(b"payload");
     let mut n = 0u64;
     while Instant::now() < until {

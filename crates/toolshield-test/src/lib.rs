@@ -8,6 +8,7 @@ mod call;
 mod config;
 mod counting;
 mod logs;
+mod rng;
 mod script;
 
 pub use bare::{BareTool, FailOnPayload, PendingOnce, PendingOnceTool};
@@ -15,6 +16,7 @@ pub use call::{block_on, call, call_blocking, call_now};
 pub use config::problem_fields;
 pub use counting::{counting_tool, CountingTool};
 pub use logs::LogCapture;
+pub use rng::Rng;
 pub use script::{gaps, ScriptedTool, Seen};
 
 /// A boxed, cloneable tool service: what most helpers of this crate return, and what a
