@@ -59,9 +59,14 @@ pub(crate) fn key_for(req: &ToolRequest, policy: &CacheConfig) -> Option<String>
     // A payload RFC 8785 cannot represent is not cached; the tool decides what it means.
     let digest = req.payload_digest().ok()?;
     let caller = if policy.per_user || req.extensions().get::<PerUser>().is_some() {
-        // A result that belongs to its caller, for a call that names none, is not
-        // cached: it would be served to every other call without a caller.
-        Some(req.meta().caller_id.as_deref()?)
+        // A result that belongs to its caller, for a call that names none (or a blank
+        // one), is not cached: it would be served to every other call without a caller.
+        Some(
+            req.meta()
+                .caller_id
+                .as_deref()
+                .filter(|c| !c.trim().is_empty())?,
+        )
     } else {
         None
     };

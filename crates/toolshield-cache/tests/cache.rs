@@ -873,3 +873,26 @@ async fn a_fallback_tiers_answer_is_not_cached() {
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     drop(handle);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_blank_caller_is_no_caller_and_shares_no_per_user_entry() {
+    // An application that writes an empty (or blank) caller id for its anonymous users
+    // names no caller: their per-user results would otherwise be one entry served to
+    // every one of them.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
+    let layer = per_user_layer();
+    for blank in ["", " ", "\t \n"] {
+        let first = call(&svc, &layer, weather().caller(blank))
+            .await
+            .expect("first");
+        let again = call(&svc, &layer, weather().caller(blank))
+            .await
+            .expect("again");
+        assert!(
+            !first.provenance.cache_hit && !again.provenance.cache_hit,
+            "caller {blank:?}: a per-user result is not cached for a blank caller"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 6, "every call ran the tool");
+}

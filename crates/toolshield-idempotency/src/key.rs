@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
-use toolshield_core::{idempotency_key_of, ToolError, ToolRequest};
+use toolshield_core::{idempotency_key_of, Digest, ToolError, ToolRequest};
 
 /// The storage key of a record: `idemp:{tool}:<scope>:<kind>:<key>`, built with the one
 /// injective encoding of [`toolshield_core::keys::storage_key`]: the caller (`scope`) is
@@ -45,10 +46,11 @@ fn encode(tool: &str, caller: Option<&str>, source: KeySource, key: &str) -> Str
     k
 }
 
-/// The derived key: hex sha256 of tool, canonical payload digest, caller and
-/// the index of the time window `window` that `started_at` falls in.
+/// The derived key: hex sha256 of tool, payload fingerprint (the canonical payload digest,
+/// telling apart integers beyond 2^53 as well), caller and the index of the time window
+/// `window` that `started_at` falls in.
 pub fn derive_key(req: &ToolRequest, window: Duration) -> Result<String, ToolError> {
-    let digest = req.payload_digest()?;
+    let digest = fingerprint(req)?;
     let secs = req.meta().started_at.timestamp().max(0) as u64;
     let index = secs / window.as_secs().max(1);
     // Every variable-length part is length-prefixed, and an absent caller is told from an
@@ -128,5 +130,87 @@ pub(crate) fn resolve(
             scope,
         })),
         None => Ok(None),
+    }
+}
+
+/// The magnitude up to which every integer has a double of its own (2^53).
+const EXACT_UP_TO: u64 = 1 << 53;
+
+/// The payload's fingerprint: its canonical digest (shared with the other layers), except
+/// for a payload holding a number beyond 2^53 in magnitude. The canonical form writes
+/// numbers as doubles (RFC 8785), so `9007199254740993` and `9007199254740992` have one
+/// form: for a mutation those are two accounts, and one must never be deduped against, or
+/// replay the result of, the other. Such a payload's fingerprint also hashes the exact
+/// value of each of those numbers, in canonical (sorted key) order. Equal JSON values
+/// still share one fingerprint (`1e2` and `100`, keys in any order).
+pub(crate) fn fingerprint(req: &ToolRequest) -> Result<Digest, ToolError> {
+    let digest = req.payload_digest()?;
+    let payload = req.payload();
+    if !has_large_number(payload) {
+        return Ok(digest);
+    }
+    let mut bytes = Vec::with_capacity(64);
+    bytes.extend_from_slice(b"exact integers\0");
+    bytes.extend_from_slice(digest.as_bytes());
+    exact_large_numbers(payload, &mut bytes);
+    Ok(Digest::of_bytes(&bytes))
+}
+
+fn is_large(n: &serde_json::Number) -> bool {
+    if let Some(u) = n.as_u64() {
+        u > EXACT_UP_TO
+    } else if let Some(i) = n.as_i64() {
+        i.unsigned_abs() > EXACT_UP_TO
+    } else {
+        n.as_f64().is_some_and(|f| f.abs() > EXACT_UP_TO as f64)
+    }
+}
+
+/// Whether `value` holds a number beyond 2^53 in magnitude (any order, no allocation).
+fn has_large_number(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => is_large(n),
+        Value::Array(items) => items.iter().any(has_large_number),
+        Value::Object(map) => map.values().any(has_large_number),
+        _ => false,
+    }
+}
+
+/// Appends the exact value of every number beyond 2^53 in `value`, in sorted key order,
+/// each ended by `,`. A double that large is an integer: it is written as one (`2^60` as a
+/// double and as an integer are the same JSON value, and the same text here).
+fn exact_large_numbers(value: &Value, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    match value {
+        Value::Number(n) if is_large(n) => {
+            let _ = if let Some(u) = n.as_u64() {
+                write!(out, "{u},")
+            } else if let Some(i) = n.as_i64() {
+                write!(out, "{i},")
+            } else {
+                let f = n.as_f64().unwrap_or_default();
+                if f.abs() < 2f64.powi(127) {
+                    // Integral (beyond 2^53) and within i128: exact.
+                    write!(out, "{},", f as i128)
+                } else {
+                    write!(out, "f{:x},", f.to_bits())
+                }
+            };
+        }
+        Value::Array(items) => {
+            for item in items {
+                exact_large_numbers(item, out);
+            }
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable();
+            for k in keys {
+                if let Some(v) = map.get(k.as_str()) {
+                    exact_large_numbers(v, out);
+                }
+            }
+        }
+        _ => {}
     }
 }

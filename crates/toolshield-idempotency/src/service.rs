@@ -20,7 +20,7 @@ use tower_service::Service;
 use crate::config::{OnPending, OnStoreError};
 use crate::future::ResponseFuture;
 use crate::handle::Shared;
-use crate::key::resolve;
+use crate::key::{fingerprint, resolve};
 use crate::layer::IdempotencyLayer;
 use crate::store::{
     check_resume_token, ClaimOutcome, IdempotencyRecord, PendingClaim, RecordStatus, StoreFuture,
@@ -62,7 +62,7 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
             // An equal payload kept with the record settles it without the digest.
             let same = match &rec.payload {
                 Some(kept) if kept.same_as(&req) => Ok(true),
-                _ => req.payload_digest().map(|hash| hash == rec.payload_hash),
+                _ => fingerprint(&req).map(|hash| hash == rec.payload_hash),
             };
             return ResponseFuture::ready(match same {
                 Ok(same) => replay(&self.shared, &rec, same, req.tool()),
@@ -77,7 +77,8 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
 }
 
 /// Whether a failure frees the key (the tool gave no verdict that should be replayed):
-/// retriable errors, cancellations, and toolshield's own rejections.
+/// retriable errors, cancellations, and toolshield's own rejections (a run budget's
+/// `BUDGET_EXHAUSTED` is the run's, not the call's: another run may have budget left).
 fn releases_key(kind: ErrorKind) -> bool {
     kind.is_retriable()
         || matches!(
@@ -87,6 +88,7 @@ fn releases_key(kind: ErrorKind) -> bool {
                 | ErrorKind::InProgress
                 | ErrorKind::StoreUnavailable
                 | ErrorKind::IdempotencyKeyReused
+                | ErrorKind::BudgetExhausted
                 | ErrorKind::Internal
         )
 }
@@ -402,7 +404,7 @@ where
 {
     let cfg = &shared.config;
     let counters = &shared.counters;
-    let payload_hash: Digest = req.payload_digest()?;
+    let payload_hash: Digest = fingerprint(&req)?;
     if let Some(derived) = derived {
         req.set_idempotency_key(Some(derived.into()));
     }
@@ -807,7 +809,13 @@ where
                 record(&shared, at, rec, cfg.record_ttl, lease, guard, &payload).await;
                 Err(e)
             }
-            Err(e) if releases_key(e.kind()) => {
+            // An `Idempotent` call whose outcome is unknown (a resumed task the server no
+            // longer knows, say) may simply run again: that is what idempotent means. Its
+            // token, if any, named the work that was lost, so it goes with the claim.
+            Err(e)
+                if releases_key(e.kind())
+                    || (!mutating && e.kind() == ErrorKind::OutcomeUnknown) =>
+            {
                 guard.on_drop = OnDrop::Release;
                 match shared.store.release(skey, owner).await {
                     Ok(_) => guard.on_drop = OnDrop::Nothing,

@@ -9,7 +9,8 @@ use toolshield_contract::config::MAX_DURATION;
 ///
 /// Enforced with GCRA (the generic cell rate algorithm): each key keeps one time, its
 /// theoretical arrival time (TAT). A call at `now` conforms when `TAT - now <= tolerance`
-/// (`tolerance = (burst - 1) * interval`, `interval = period / rate`); it then moves the
+/// (`tolerance = (burst - 1) * interval`, `interval = period / rate` rounded up to the
+/// nanosecond); it then moves the
 /// TAT to `max(TAT, now) + interval`. A call that does not conform would conform after
 /// `TAT - tolerance - now`: that is the exact wait, and the `retry_after` of a rejection.
 ///
@@ -40,7 +41,11 @@ impl RateLimit {
         let rate = rate.max(1);
         let burst = burst.max(1);
         let period = period.clamp(Duration::from_nanos(1), MAX_DURATION);
-        let interval = (period / rate).max(Duration::from_nanos(1));
+        // Rounded up to the nanosecond: `rate` intervals never add up to less than the
+        // period, so no period-long window ever holds more calls than the rate allows.
+        let nanos = period.as_nanos().div_ceil(u128::from(rate));
+        let interval = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+            .max(Duration::from_nanos(1));
         let tolerance = interval
             .checked_mul(burst - 1)
             .unwrap_or(MAX_DURATION)
@@ -69,7 +74,8 @@ impl RateLimit {
         self.burst
     }
 
-    /// The steady spacing of calls: `period / rate`.
+    /// The steady spacing of calls: `period / rate`, rounded up to the nanosecond (so
+    /// the rate is never exceeded, when the rate does not divide the period).
     pub fn interval(&self) -> Duration {
         self.interval
     }
