@@ -205,7 +205,9 @@ where
                     if let Some(threshold) = *this.soft {
                         // The one extra clock read, made only when a threshold is set.
                         let elapsed = time::now().saturating_duration_since(*this.start);
-                        if elapsed > threshold {
+                        // Slower than the threshold; a zero threshold marks every success
+                        // (as documented), even one that took no measurable time.
+                        if elapsed > threshold || threshold.is_zero() {
                             tracing::info!(
                                 target: "toolshield::timeout",
                                 elapsed_ms = elapsed.as_millis() as u64,
