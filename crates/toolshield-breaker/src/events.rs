@@ -203,11 +203,15 @@ impl EventHub {
 
     /// Delivers one event everywhere. Called with the breaker's transition lock held, so
     /// the events of one key arrive in the order the transitions happened.
+    ///
+    /// The key is a `Debug` field in the `tracing` events: a key taken from a request (a
+    /// host, a tool name a model chose) is shown quoted, its control characters and line
+    /// separators escaped, so it cannot end the log line and forge another.
     pub(crate) fn emit(&self, event: BreakerEvent) {
         if event.reason.is_manual() {
             tracing::warn!(
                 target: "toolshield::breaker",
-                key = %event.key,
+                key = ?event.key,
                 from = event.from.as_str(),
                 to = event.to.as_str(),
                 reason = event.reason.as_str(),
@@ -217,7 +221,7 @@ impl EventHub {
         } else {
             tracing::info!(
                 target: "toolshield::breaker",
-                key = %event.key,
+                key = ?event.key,
                 from = event.from.as_str(),
                 to = event.to.as_str(),
                 reason = event.reason.as_str(),
@@ -238,7 +242,7 @@ impl EventHub {
             };
             tracing::warn!(
                 target: "toolshield::breaker",
-                key = %event.key,
+                key = ?event.key,
                 dropped,
                 "breaker event not written to the event log: {why}"
             );

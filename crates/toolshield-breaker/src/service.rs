@@ -6,7 +6,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use toolshield_contract::{
-    Classify, DefaultClassifier, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
+    printable, Classify, DefaultClassifier, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
+    MAX_TOOL_NAME_SHOWN,
 };
 use tower_service::Service;
 
@@ -94,6 +95,8 @@ impl<S: fmt::Debug, K: fmt::Debug, C: fmt::Debug> fmt::Debug for Breaker<S, K, C
 }
 
 fn rejection(key: &str, state: CircuitState, retry_after: Option<Duration>) -> ToolError {
+    // The key may be a name a model or a remote caller chose: shown on one line, cut short.
+    let key = printable(key, MAX_TOOL_NAME_SHOWN);
     let message = match state {
         CircuitState::ForcedOpen => format!("circuit forced open for `{key}`"),
         CircuitState::HalfOpen => format!("circuit half-open for `{key}`: probe limit reached"),
