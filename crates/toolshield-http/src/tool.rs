@@ -187,8 +187,9 @@ fn attach_key(req: &ToolRequest, http_req: &mut BufferedRequest) -> Result<(), T
 /// it is JSON, text otherwise; `headers` holds every response header but `Set-Cookie`
 /// (a credential, which the model, logs and a shared cache must not see), a repeated
 /// header joined by `, `. A non-2xx/3xx status is an error of the kind
-/// [`http_status_kind`] gives (429 keeps its `Retry-After`, both forms, the longest of
-/// several).
+/// [`http_status_kind`] gives; a 429 and the retriable 408/425/502/503/504 keep their
+/// `Retry-After` (both forms, the longest of several), the other error statuses, never
+/// retried, carry no wait.
 ///
 /// Build requests with [`http_tool_request`] so the kind and the idempotency key follow
 /// the method and the `Idempotency-Key` header.
@@ -301,7 +302,16 @@ where
     let (parts, body) = response.into_parts();
     if let Some(kind) = http_status_kind(parts.status) {
         let mut error = ToolError::new(kind, format!("http {} from `{host}`", parts.status));
-        if let Some(wait) = retry_after_from_headers(&parts.headers, SystemTime::now()) {
+        // Only where it means "come back later": a wait on an error that is never
+        // retried (a 401, a 500) would mislead whoever reads it (a fallback chain reports
+        // its tiers' shortest wait), as `toolshield_reqwest::error_for_status` also holds.
+        let waits = matches!(
+            kind,
+            ErrorKind::RateLimited | ErrorKind::UpstreamUnavailable
+        );
+        if let Some(wait) =
+            retry_after_from_headers(&parts.headers, SystemTime::now()).filter(|_| waits)
+        {
             error = error.with_retry_after(wait);
         }
         return Err(error);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientConfig, ClientRequest, ServerResult,
-    TASKS_EXTENSION_ID,
+    CallToolRequest, CallToolRequestParams, ClientConfig, ClientRequest, ProtocolVersion,
+    ServerResult, TASKS_EXTENSION_ID,
 };
 use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::IntoTransport;
@@ -132,7 +132,10 @@ impl McpClientService {
     /// over `transport` (a `tokio::io::duplex` half, a child process, a stream) and takes
     /// it over. Its handler forwards the server's progress notifications to the calls
     /// ([`WithProgress`]). A failed handshake is `CONNECTION_FAILED`, its message cut at
-    /// [`MAX_MESSAGE`](crate::MAX_MESSAGE) bytes (it may quote the server's answer).
+    /// [`MAX_MESSAGE`](crate::MAX_MESSAGE) bytes (it may quote the server's answer); so
+    /// is a server that chose a protocol version rmcp does not know
+    /// (`ProtocolVersion::KNOWN_VERSIONS`): the connection is closed, as the MCP
+    /// lifecycle asks of a client.
     pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
     where
         T: IntoTransport<RoleClient, E, A>,
@@ -146,6 +149,19 @@ impl McpClientService {
             let message = format!("mcp handshake failed: {}", capped(&e.to_string()));
             ToolError::new(ErrorKind::ConnectionFailed, message).with_source(e)
         })?;
+        // MCP lifecycle: a client that does not support the version the server chose
+        // should disconnect. rmcp takes whatever the server answers.
+        let chosen = client.peer_info().map(|info| info.protocol_version.clone());
+        if let Some(version) = chosen.filter(|v| !ProtocolVersion::KNOWN_VERSIONS.contains(v)) {
+            let message = format!(
+                "mcp handshake failed: the server chose protocol version `{}`, which this \
+                 client does not support",
+                capped(version.as_str())
+            );
+            // Closes the transport; how the service loop ended tells nothing more.
+            let _ = client.cancel().await;
+            return Err(ToolError::new(ErrorKind::ConnectionFailed, message));
+        }
         Ok(McpClientService::new(client).with_progress_router(router))
     }
 

@@ -59,7 +59,8 @@ impl Client {
     }
 
     /// The largest response body read, in bytes (default 4 MiB); a larger one fails the
-    /// call with `INVALID_INPUT`.
+    /// call with `INVALID_INPUT`, or `OUTCOME_UNKNOWN` for a mutating call (the server
+    /// ran it), while an error status keeps its response, the body cut at the limit.
     #[must_use]
     pub fn body_limit(mut self, limit: usize) -> Self {
         self.body_limit = limit;
