@@ -11,7 +11,8 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Sleep};
 use toolshield_core::{
-    time, AttemptGuard, CallKind, CallState, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
+    time, AttemptGuard, CallKind, CallState, ErrorKind, InBandFailure, ShieldRequest,
+    ShieldResponse, ToolError,
 };
 use tower::ServiceExt;
 
@@ -32,6 +33,9 @@ pin_project! {
         ran: Vec<usize>,
         // Whether any request of this call was `Mutating`.
         mutating: bool,
+        // The primary's response when it reported a failure in-band: it goes back as it
+        // was if no tier takes that failure.
+        held: Option<Res>,
     }
 }
 
@@ -67,6 +71,7 @@ impl<F, Req, Res> ResponseFuture<F, Req, Res> {
             escalations: 0,
             ran: Vec::new(),
             mutating,
+            held: None,
         }
     }
 }
@@ -97,10 +102,18 @@ where
             let (failed_at, error, from) = match this.state.as_mut().project() {
                 StateProj::Primary { fut } => match fut.poll(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(res)) => {
-                        this.state.set(State::Done);
-                        return Poll::Ready(Ok(res));
-                    }
+                    // A failure reported in-band (an HTTP 503, an MCP `isError`) is an
+                    // outcome like an error of its kind: the tiers' predicates judge it.
+                    Poll::Ready(Ok(res)) => match res.in_band_failure() {
+                        Some(failure) if this.req.is_some() => {
+                            *this.held = Some(res);
+                            (Arc::<str>::from(PRIMARY), in_band_error(failure), 0)
+                        }
+                        _ => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(res));
+                        }
+                    },
                     Poll::Ready(Err(e)) => (Arc::<str>::from(PRIMARY), e.into(), 0),
                 },
                 StateProj::Tier { fut, index, guard } => {
@@ -120,6 +133,14 @@ where
                             drop(guard.take());
                             Err(ToolError::timeout("call reached its deadline"))
                         }
+                    };
+                    // A tier's in-band failure is handled as an error of its kind.
+                    let result = match result {
+                        Ok(res) => match res.in_band_failure() {
+                            Some(failure) => Err(in_band_error(failure)),
+                            None => Ok(res),
+                        },
+                        Err(e) => Err(e),
                     };
                     match result {
                         Ok(mut res) => {
@@ -223,16 +244,26 @@ where
                 Ok(next) => next,
                 Err(cancelled) => {
                     this.state.set(State::Done);
-                    return Poll::Ready(Err(cancelled));
+                    // The primary answered: its response stands for a caller who left.
+                    return Poll::Ready(match this.held.take() {
+                        Some(res) => Ok(res),
+                        None => Err(cancelled),
+                    });
                 }
             };
             if let Some(next) = next {
+                // A tier answers now: the primary's response is not returned any more.
+                *this.held = None;
                 this.state.set(next);
                 continue;
             }
 
             // No tier takes the primary's error: it goes back as it was.
             if this.errors.len() == 1 && from == 0 && *this.escalations == 0 {
+                if let Some(res) = this.held.take() {
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(res));
+                }
                 let (_, error) = this.errors.pop().unwrap_or_else(|| {
                     (
                         Arc::from(PRIMARY),
@@ -304,6 +335,16 @@ fn hook_panicked(
         error
     } else {
         error.with_source(combine(errors))
+    }
+}
+
+/// The error a failure reported in-band stands for, to the predicates, the escalation
+/// hook and the combined error.
+fn in_band_error(failure: InBandFailure) -> ToolError {
+    let error = ToolError::new(failure.kind, "the response reported a failure in-band");
+    match failure.retry_after {
+        Some(wait) => error.with_retry_after(wait),
+        None => error,
     }
 }
 

@@ -28,7 +28,8 @@ fn get_script() -> &'static LuaScript {
 /// `cache:{tool}:s<len>:<caller>:<digest>`, injective in tool and caller), with a `PX`
 /// TTL, shared by every process on the same Redis.
 ///
-/// A TTL longer than [`MAX_DURATION`] is written as `MAX_DURATION`.
+/// A TTL longer than [`MAX_DURATION`] is written as `MAX_DURATION`. An entry without an
+/// expiry (left by another client) is a miss: the layer fetches and writes it again.
 ///
 /// `get` is one round trip (a Lua script returning the value and its `PTTL`), `put` one
 /// `SET key json PX ttl`, `remove` one `DEL`. Each is bounded by the connection's
@@ -68,14 +69,15 @@ impl RedisCacheStore {
         let Some((json, pttl)) = found else {
             return Ok(None);
         };
+        // -1: no expiry (written by something else): its freshness is unknown, and served
+        // it would be for good; a miss, so the layer fetches and writes it back with a TTL.
+        // -2: expired in between.
+        let Ok(ms) = u64::try_from(pttl) else {
+            return Ok(None);
+        };
+        let ttl_left = Duration::from_millis(ms);
         let response: ToolResponse = serde_json::from_str(&json)
             .map_err(|e| Error::new(format!("corrupt cache entry: {e}")))?;
-        let ttl_left = match u64::try_from(pttl) {
-            Ok(ms) => Duration::from_millis(ms),
-            // -1: no expiry (written by something else); -2: expired in between.
-            Err(_) if pttl == -1 => Duration::from_secs(365 * 24 * 3600),
-            Err(_) => return Ok(None),
-        };
         Ok(Some(CacheLookup { response, ttl_left }))
     }
 

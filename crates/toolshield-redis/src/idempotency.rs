@@ -30,12 +30,29 @@ use crate::error::Error;
 /// with one that is not 64 hex characters, holds off no claim). A takeover carries the token
 /// into the new record (appended as its last field, where serde writes `resume`) and onto the
 /// new marker, so a second takeover finds it too.
+///
+/// A key left with no expiry by another client (`PTTL -1`) holds no claim forever: a record
+/// that is not a finished one (a PENDING record, text that is no record, a value of another
+/// type) and a marker get the lease (or the marker's time) as their expiry when a claim
+/// finds them; a marker of another type is no marker.
 const CLAIM: &str = r#"
-local v = redis.call('GET', KEYS[1])
-if v then return {1, v} end
-local prev = redis.call('GET', KEYS[2])
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then
+  if redis.call('PTTL', KEYS[1]) == -1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+  return v
+end
+if v then
+  if string.sub(v, 1, 20) ~= '{"status":"COMPLETED' and string.sub(v, 1, 17) ~= '{"status":"FAILED'
+    and redis.call('PTTL', KEYS[1]) == -1 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return {1, v}
+end
+local prev = redis.pcall('GET', KEYS[2])
+if type(prev) == 'table' then prev = false end
 local token = false
 if prev then
+  if redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
   local held = string.match(prev, '^[^\n]*\n(%x+)$') or string.match(prev, '^[^\n]*\n(%x+)\n"[^\n]*"$')
   if held and #held == 64 and held ~= ARGV[6] then return {3, prev} end
   token = string.match(prev, '\n("[^\n]*")$') or false

@@ -596,3 +596,114 @@ async fn breaker_openings_reach_a_process_subscribed_on_another_node_even_after_
         tokio::time::sleep(open_wait).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_with_braces_colons_line_breaks_or_10_kb_keep_one_slot_and_their_own_records() {
+    let test = "names_with_braces_colons_line_breaks_or_10_kb_keep_one_slot_and_their_own_records";
+    let Some(cluster) = private_cluster(test, ClusterOptions::default()) else {
+        return;
+    };
+    let conn = connect(&cluster, Duration::from_secs(1)).await;
+    let prefix = conn.config().key_prefix.clone();
+    let long = "x".repeat(10 * 1024);
+    let long_braced = format!("{{{}}}", "y".repeat(10 * 1024));
+    let names: Vec<&str> = vec![
+        "{",
+        "}",
+        "}{",
+        "{pay}",
+        "a{b}c",
+        "pay}:s5:alice:g:k",
+        "line\nbreak",
+        "\r\n{\n}\n",
+        ":",
+        &long,
+        &long_braced,
+    ];
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tool = service_fn_echo(Arc::clone(&runs));
+    let (svc, _) = stack(
+        IdempotencyConfig::default(),
+        Arc::new(RedisIdempotencyStore::new(conn.clone())),
+        tool,
+    );
+    // Every name as the tool, as the caller and as the key, each call distinct.
+    let mut calls = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        calls.push((name.to_string(), format!("caller-{i}"), format!("key-{i}")));
+        calls.push((format!("tool-{i}"), name.to_string(), format!("key-{i}")));
+        calls.push((format!("tool-{i}"), format!("caller-{i}"), name.to_string()));
+    }
+    for (n, (tool, caller, key)) in calls.iter().enumerate() {
+        let req = || {
+            ToolRequest::new(tool.as_str(), json!({"n": n}))
+                .kind(CallKind::Mutating)
+                .caller(caller.as_str())
+                .idempotency_key(key.as_str())
+        };
+        if key.len() > 255 {
+            // An idempotency key has a documented bound: refused, nothing runs.
+            let refused = svc
+                .clone()
+                .oneshot(req())
+                .await
+                .expect_err("too long a key");
+            assert_eq!(
+                refused.kind(),
+                ErrorKind::InvalidInput,
+                "call {n}: {refused}"
+            );
+            continue;
+        }
+        let first = svc.clone().oneshot(req()).await.unwrap_or_else(|e| {
+            let short = |s: &str| s.chars().take(20).collect::<String>();
+            panic!(
+                "call {n} ({:?}, {:?}, {:?}): {e}",
+                short(tool),
+                short(caller),
+                short(key)
+            )
+        });
+        assert_eq!(first.output, json!({"n": n}), "call {n}: its own answer");
+        let again = svc.clone().oneshot(req()).await.expect("the duplicate");
+        assert!(again.provenance.replayed, "call {n}: the duplicate replays");
+        assert_eq!(
+            again.output,
+            json!({"n": n}),
+            "call {n}: replays its own record"
+        );
+
+        let record = toolshield_idempotency::storage_key(tool, Some(caller.as_str()), key);
+        let record_key = format!("{prefix}{record}");
+        let marker_key = format!("{prefix}lease:{record}");
+        assert_eq!(
+            cluster.slot_of(&record_key).unwrap(),
+            cluster.slot_of(&marker_key).unwrap(),
+            "call {n}: record and marker in one slot"
+        );
+    }
+    let admitted = calls.iter().filter(|(_, _, key)| key.len() <= 255).count();
+    assert_eq!(runs.load(Ordering::SeqCst), admitted, "each call ran once");
+}
+
+/// A tool that counts its runs and answers with its payload.
+fn service_fn_echo(
+    runs: Arc<AtomicUsize>,
+) -> impl tower::Service<
+    ToolRequest,
+    Response = toolshield_core::ToolResponse,
+    Error = toolshield_core::ToolError,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |req: ToolRequest| {
+        let runs = Arc::clone(&runs);
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, toolshield_core::ToolError>(toolshield_core::ToolResponse::new(
+                req.payload().clone(),
+            ))
+        }
+    })
+}

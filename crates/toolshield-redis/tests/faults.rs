@@ -317,3 +317,59 @@ async fn a_stopped_redis_hits_the_store_timeout_and_is_handled_as_configured() {
     let retried = call(&closed, pay("slow-closed")).await.unwrap();
     assert_eq!(retried.output["by"], "closed", "the retry runs at once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_over_a_stopped_or_killed_redis_runs_the_tool_within_the_store_timeout() {
+    let test = "a_cache_over_a_stopped_or_killed_redis_runs_the_tool_within_the_store_timeout";
+    let Some(mut redis) = private_redis(test) else {
+        return;
+    };
+    const OP: Duration = Duration::from_millis(200);
+    let conn = connect(&redis.url(), &prefix(), OP).await;
+    let layer = toolshield_cache::CacheLayer::with_store(
+        toolshield_cache::CacheConfig {
+            ttl: Duration::from_secs(60),
+            ..toolshield_cache::CacheConfig::default()
+        },
+        Arc::new(toolshield_redis::RedisCacheStore::new(conn.clone())),
+    )
+    .expect("valid config");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let svc = tower::Layer::layer(
+        &layer,
+        counting_tool(Arc::clone(&runs), "tool", Duration::ZERO),
+    );
+    let read = |city: &str| {
+        toolshield_core::ToolRequest::new("weather", json!({ "city": city }))
+            .kind(toolshield_core::CallKind::ReadOnly)
+    };
+    use tower::ServiceExt;
+    svc.clone().oneshot(read("warm")).await.expect("warm");
+    let hit = svc.clone().oneshot(read("warm")).await.expect("hit");
+    assert!(hit.provenance.cache_hit);
+
+    redis.pause();
+    let started = Instant::now();
+    let res = svc
+        .clone()
+        .oneshot(read("paused"))
+        .await
+        .expect("the tool answers");
+    let took = started.elapsed();
+    assert!(!res.provenance.cache_hit);
+    // A lookup and a write-back, each bounded by the store timeout.
+    assert!(took < OP * 4, "bounded by the store timeout: {took:?}");
+    redis.resume();
+
+    redis.kill();
+    let started = Instant::now();
+    let res = svc
+        .clone()
+        .oneshot(read("killed"))
+        .await
+        .expect("the tool answers");
+    let took = started.elapsed();
+    assert!(!res.provenance.cache_hit);
+    assert!(took < OP * 4, "bounded by the store timeout: {took:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}

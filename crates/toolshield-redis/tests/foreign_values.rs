@@ -145,3 +145,126 @@ async fn idempotency_durations_past_the_longest_are_bounded_not_refused() {
         );
     }
 }
+
+/// What another client may leave at a record key or a lease marker with no expiry
+/// (`PTTL -1`): a PENDING record of an owner that is gone, text that is no record, a
+/// value of another type, a marker of a claim for another payload.
+#[tokio::test]
+async fn a_claim_left_without_an_expiry_holds_its_key_for_one_lease_not_forever() {
+    let Some(redis) =
+        test_redis("a_claim_left_without_an_expiry_holds_its_key_for_one_lease_not_forever")
+    else {
+        return;
+    };
+    let p = prefix();
+    let conn = connect(&redis.url(), &p, Duration::from_secs(1)).await;
+    let s = RedisIdempotencyStore::new(conn);
+    let mut other = raw(&redis.url()).await;
+    let lease = Duration::from_millis(300);
+    let ours = Digest::of_bytes(b"ours");
+    let theirs = Digest::of_bytes(b"theirs");
+    let pending = serde_json::to_string(&IdempotencyRecord::pending(theirs, "gone", lease))
+        .expect("record encodes");
+    let cases: [(&str, &str); 4] = [
+        ("pending", "record"),
+        ("garbage", "record"),
+        ("hash", "record"),
+        ("marker", "marker"),
+    ];
+    for (what, at) in cases {
+        let key = format!("idemp:{{pay}}:-:g:no-expiry-{what}");
+        let raw_key = format!("{p}{key}");
+        let raw_marker = format!("{p}lease:{key}");
+        match what {
+            "pending" => other.set::<_, _, ()>(&raw_key, &pending).await.unwrap(),
+            "garbage" => other.set::<_, _, ()>(&raw_key, "{not json").await.unwrap(),
+            "hash" => other.hset::<_, _, _, ()>(&raw_key, "f", "v").await.unwrap(),
+            _ => other
+                .set::<_, _, ()>(&raw_marker, format!("gone\n{}", theirs.to_hex()))
+                .await
+                .unwrap(),
+        }
+        let target = if at == "record" {
+            &raw_key
+        } else {
+            &raw_marker
+        };
+        let pttl: i64 = other.pttl(target).await.unwrap();
+        assert_eq!(pttl, -1, "{what}: written without an expiry");
+
+        // The first claim finds the key held (or unreadable): never claimed over it.
+        let first = s
+            .claim(&key, IdempotencyRecord::pending(ours, "me", lease), lease)
+            .await;
+        assert!(
+            !matches!(
+                first,
+                Ok(ClaimOutcome::Claimed | ClaimOutcome::TakenOver { .. })
+            ),
+            "{what}: a foreign value is not a free key, got {first:?}"
+        );
+        // Within a few leases the key is free again: a claim succeeds.
+        let got = common::eventually(lease * 10, "the key to be claimable", || {
+            let s = s.clone();
+            let key = key.clone();
+            async move {
+                match s
+                    .claim(&key, IdempotencyRecord::pending(ours, "me", lease), lease)
+                    .await
+                {
+                    Ok(outcome @ (ClaimOutcome::Claimed | ClaimOutcome::TakenOver { .. })) => {
+                        Some(outcome)
+                    }
+                    _ => None,
+                }
+            }
+        })
+        .await;
+        assert!(
+            matches!(got, ClaimOutcome::Claimed | ClaimOutcome::TakenOver { .. }),
+            "{what}: {got:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_cache_entry_left_without_an_expiry_is_refetched_and_then_expires() {
+    let Some(redis) =
+        test_redis("a_cache_entry_left_without_an_expiry_is_refetched_and_then_expires")
+    else {
+        return;
+    };
+    let p = prefix();
+    let conn = connect(&redis.url(), &p, Duration::from_secs(1)).await;
+    let store = std::sync::Arc::new(toolshield_redis::RedisCacheStore::new(conn));
+    let layer = toolshield_cache::CacheLayer::with_store(
+        toolshield_cache::CacheConfig {
+            ttl: Duration::from_secs(60),
+            ..toolshield_cache::CacheConfig::default()
+        },
+        store,
+    )
+    .expect("valid config");
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tool = common::counting_tool(runs.clone(), "tool", Duration::ZERO);
+    let req = toolshield_core::ToolRequest::new("weather", json!({"city": "Oslo"}))
+        .kind(toolshield_core::CallKind::ReadOnly);
+    let key = format!(
+        "{p}{}",
+        toolshield_cache::storage_key("weather", None, &req.payload_digest().expect("digest"))
+    );
+    // Another client left an entry with no expiry: it would be served for good.
+    let mut other = raw(&redis.url()).await;
+    let stale = serde_json::to_string(&ToolResponse::new(json!("stale forever"))).unwrap();
+    let _: () = other.set(&key, stale).await.unwrap();
+
+    use tower::{Layer, ServiceExt};
+    let res = layer.layer(tool).oneshot(req).await.expect("answer");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "fetched");
+    assert!(!res.provenance.cache_hit);
+    let pttl: i64 = other.pttl(&key).await.unwrap();
+    assert!(
+        pttl > 0 && pttl <= 60_000,
+        "the entry written back expires, pttl {pttl}"
+    );
+}
