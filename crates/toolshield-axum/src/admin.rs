@@ -143,6 +143,16 @@ pub(crate) async fn too_deep() -> Refusal {
     )
 }
 
+/// A path with an empty key (`/admin/breakers/`, `/admin/breakers//open`): a JSON 404
+/// naming what is missing, behind the token like every admin route, rather than the
+/// application's fallback.
+pub(crate) async fn no_key() -> Refusal {
+    refuse(
+        StatusCode::NOT_FOUND,
+        "no breaker key in the path: use /admin/breakers/{key} or /admin/breakers/{key}/{action}",
+    )
+}
+
 /// The path parameters of an admin route, or a JSON 400 when they cannot be decoded (a
 /// key that is not UTF-8 once percent-decoded, for instance).
 fn path_params<T>(path: Result<Path<T>, PathRejection>) -> Result<T, Refusal> {

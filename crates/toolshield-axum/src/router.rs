@@ -50,7 +50,7 @@ pub const ADMIN_TOKEN_ENV: &str = "TOOLSHIELD_ADMIN_TOKEN";
 /// Every admin refusal is a JSON `{"error": ...}` with a 4xx status, given only after the
 /// token was checked: a method a route does not take (405), path parameters that cannot
 /// be decoded (400), a path below `/admin/breakers/{key}/{action}/` (404: a key with a
-/// `/` is sent percent-encoded).
+/// `/` is sent percent-encoded), a path with an empty key (404).
 #[derive(Clone, Default)]
 pub struct ShieldRouter {
     checks: Vec<Registered>,
@@ -260,7 +260,10 @@ impl ShieldRouter {
                     .route(
                         "/admin/breakers/{key}/{action}/{*rest}",
                         any(admin::too_deep),
-                    );
+                    )
+                    // An empty key matches no route above: a JSON 404 here too.
+                    .route("/admin/breakers/", any(admin::no_key))
+                    .route("/admin/breakers//{*rest}", any(admin::no_key));
             }
             if reloads {
                 admin = admin.route(

@@ -85,7 +85,7 @@ impl Status {
     }
 }
 
-/// Label values of `code`: the 15 canonical codes.
+/// Label values of `code`: the canonical codes of [`ErrorKind::ALL`].
 pub(crate) const CODES: usize = ErrorKind::ALL.len();
 
 /// The index of `kind` in [`ErrorKind::ALL`].

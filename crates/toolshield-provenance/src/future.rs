@@ -148,7 +148,7 @@ fn stamp_progress(resp: &mut ToolResponse, progress: &Progress) {
 
 /// Fills in what the tool and the layers inside left blank, and the call's duration
 /// (`elapsed`, which ended at `end`). A cache hit or a replay keeps its original
-/// `fetched_at`, source and execution id.
+/// `fetched_at`, source and execution id, but names this call's trace (or none).
 fn stamp(
     resp: &mut ToolResponse,
     (end, elapsed): (Instant, Duration),
@@ -191,7 +191,9 @@ fn stamp(
     if p.execution_id.is_none() {
         p.execution_id = Some(execution_id);
     }
-    if p.trace_id.is_none() {
+    // The trace is this call's. A result served again (a cache hit, a replay) was
+    // recorded in another caller's trace: that trace id is never handed to this caller.
+    if p.trace_id.is_none() || p.cache_hit || p.replayed {
         p.trace_id.clone_from(trace_id);
     }
     p.response_digest = digest;
