@@ -38,7 +38,7 @@ use toolshield_retry::RetryLayer;
 use toolshield_timeout::{DeadlineLayer, TimeoutLayer};
 use toolshield_validate::{Schema, ValidateLayer};
 use tower::util::{BoxCloneSyncService, MapRequestLayer};
-use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceBuilder};
 
 use crate::config::{ShieldConfig, ToolConfig};
 pub use crate::reload::ReloadSummary;
@@ -1176,6 +1176,7 @@ impl RouterBuilder {
             routes: Arc::new(Routes {
                 tools: self.tools,
                 servers: self.servers,
+                shield: self.shield,
             }),
         })
     }
@@ -1184,25 +1185,96 @@ impl RouterBuilder {
 struct Routes {
     tools: FastHashMap<Arc<str>, BoxTool>,
     servers: FastHashMap<Arc<str>, BoxTool>,
+    /// The shield the routes were wrapped by: its `timeout.total` of a route bounds a
+    /// call's wait for that route's readiness.
+    shield: Option<Shield>,
 }
 
 impl Routes {
-    fn find(&self, tool: &str) -> Option<&BoxTool> {
-        self.tools.get(tool).or_else(|| {
-            let (server, rest) = tool.split_once("__")?;
-            // The rest of the name is chosen by the caller (a model): a name no route could
-            // register is not routed.
-            if rest.is_empty() || toolshield_core::keys::check_tool_name(tool).is_some() {
-                return None;
-            }
-            self.servers.get(server)
-        })
+    fn find<'a>(&'a self, tool: &'a str) -> Option<&'a BoxTool> {
+        self.find_route(tool).map(|(_, svc)| svc)
     }
+
+    /// The route of `tool` and the name of its section (the tool's, or its server's).
+    fn find_route<'a>(&'a self, tool: &'a str) -> Option<(&'a str, &'a BoxTool)> {
+        if let Some(svc) = self.tools.get(tool) {
+            return Some((tool, svc));
+        }
+        let (server, rest) = tool.split_once("__")?;
+        // The rest of the name is chosen by the caller (a model): a name no route could
+        // register is not routed.
+        if rest.is_empty() || toolshield_core::keys::check_tool_name(tool).is_some() {
+            return None;
+        }
+        self.servers.get(server).map(|svc| (server, svc))
+    }
+
+    /// The whole-call budget of the route of `tool` when the routes are shielded and on.
+    fn total(&self, tool: &str) -> Option<std::time::Duration> {
+        let config = self.shield.as_ref()?.config();
+        if !config.enabled {
+            return None;
+        }
+        let (name, _) = self.find_route(tool)?;
+        config.tool(name).timeout.total
+    }
+}
+
+/// Waits until `svc` is ready to take `req`, or until the call's token is cancelled
+/// (`CANCELLED`) or its deadline passes (`TIMEOUT`): the router is always ready itself,
+/// so a busy route's wait belongs to the call and ends when the call does. The route's
+/// whole-call budget (`routes`' `timeout.total` for the tool) is written on the request
+/// as its deadline (an earlier one is kept) the first time the route is not ready, so
+/// the wait counts against it.
+async fn route_ready(
+    svc: &mut BoxTool,
+    req: &mut ToolRequest,
+    routes: &Routes,
+) -> Result<(), ToolError> {
+    let first = std::future::poll_fn(|cx| Poll::Ready(svc.poll_ready(cx))).await;
+    if let Poll::Ready(ready) = first {
+        return ready;
+    }
+    if let Some(total) = routes.total(req.tool()) {
+        let own = toolshield_core::config::deadline_after(toolshield_core::time::now(), total);
+        if req.deadline_at().is_none_or(|at| own < at) {
+            req.set_deadline(own);
+        }
+    }
+    let token = req.call_token().clone();
+    let cancelled = token.cancelled();
+    let expired = async {
+        match req.deadline_at() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut cancelled = std::pin::pin!(cancelled);
+    let mut expired = std::pin::pin!(expired);
+    std::future::poll_fn(|cx| {
+        if cancelled.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(ToolError::cancelled(
+                "cancelled while waiting for the tool to be ready",
+            )));
+        }
+        if let Poll::Ready(ready) = svc.poll_ready(cx) {
+            return Poll::Ready(ready);
+        }
+        if expired.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(ToolError::timeout(
+                "deadline passed while waiting for the tool to be ready",
+            )));
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Dispatches a [`ToolRequest`] by tool name to the service registered for it;
 /// `NOT_FOUND` for a tool nobody registered. Always ready: each call drives the readiness
-/// of its own route.
+/// of its own route, and stops waiting for it when the call's token is cancelled
+/// (`CANCELLED`) or its deadline passes (`TIMEOUT`; the route's `timeout.total`, when set,
+/// counts from the call).
 #[derive(Clone)]
 pub struct ToolRouter {
     routes: Arc<Routes>,
@@ -1254,8 +1326,19 @@ impl Service<ToolRequest> for ToolRouter {
     }
 
     fn call(&mut self, req: ToolRequest) -> RouterFuture {
-        let inner: Pin<Box<dyn Future<Output = _> + Send>> = match self.routes.find(req.tool()) {
-            Some(svc) => Box::pin(svc.clone().oneshot(req)),
+        let inner: Pin<Box<dyn Future<Output = _> + Send>> = match self
+            .routes
+            .find_route(req.tool())
+        {
+            Some((_, svc)) => {
+                let mut svc = svc.clone();
+                let routes = Arc::clone(&self.routes);
+                let mut req = req;
+                Box::pin(async move {
+                    route_ready(&mut svc, &mut req, &routes).await?;
+                    svc.call(req).await
+                })
+            }
             None => {
                 // The name is the caller's (a model's): on one line and cut, as every
                 // text that reaches a log or the model.
