@@ -20,8 +20,11 @@ use crate::idempotency::millis;
 /// Records `key` open for ARGV[2] ms (on the server's clock) in the registry's hash and
 /// announces it. KEYS[1] = `breaker:{name}`; ARGV = key, wait ms, origin, channel.
 /// Fields whose open period has ended are deleted first: the hash holds only the keys
-/// open now, however long openings keep its TTL moving.
+/// open now, however long openings keep its TTL moving. A value of another type in its
+/// place (written by another client) is replaced: sharing resumes with this opening.
 const PUBLISH: &str = r#"
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = tonumber(ARGV[2])
@@ -42,7 +45,7 @@ return 1
 /// Deletes `key`'s opening from the registry's hash and announces that an operator reset
 /// it. KEYS[1] = `breaker:{name}`; ARGV = key, origin, channel.
 const CLEAR: &str = r#"
-redis.call('HDEL', KEYS[1], ARGV[1])
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then redis.call('HDEL', KEYS[1], ARGV[1]) end
 redis.call('PUBLISH', ARGV[3], ARGV[2] .. '\n' .. 'reset' .. '\n' .. ARGV[1])
 return 1
 "#;
@@ -52,8 +55,10 @@ return 1
 const RESET: &str = "reset";
 
 /// Every key still open, with its time left (server clock) and who opened it:
-/// `[key, ms, origin, ...]`. Expired fields are deleted on the way.
+/// `[key, ms, origin, ...]`. Expired fields are deleted on the way. A value of another
+/// type in the hash's place holds no opening.
 const SNAPSHOT: &str = r#"
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return {} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local all = redis.call('HGETALL', KEYS[1])

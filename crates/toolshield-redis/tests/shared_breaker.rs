@@ -310,3 +310,56 @@ async fn a_manual_reset_reaches_every_process() {
     assert!(shared_d.open_elsewhere("payments").is_none());
     b.clone().oneshot(req()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_under_the_registry_key_does_not_stop_sharing_for_good() {
+    let Some(redis) =
+        test_redis("a_foreign_value_under_the_registry_key_does_not_stop_sharing_for_good")
+    else {
+        return;
+    };
+    let prefix = prefix();
+    // Another client wrote a string where the registry's hash lives.
+    let mut raw = redis::Client::open(redis.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}breaker:{{fleet}}"))
+        .arg("not a hash")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let reg_a = registry();
+    let _shared_a = SharedBreakerState::attach(
+        &reg_a,
+        connect(&redis.url(), &prefix, Duration::from_secs(1)).await,
+        "fleet",
+    )
+    .await
+    .unwrap();
+    let a = stack(&reg_a, Arc::new(AtomicUsize::new(0)), true);
+    for _ in 0..3 {
+        let _ = a.clone().oneshot(req()).await;
+    }
+    assert_eq!(reg_a.state("payments"), CircuitState::Open);
+    // A process attaching now still learns of the opening: the value in the way was
+    // replaced by the registry's own.
+    let conn_c = connect(&redis.url(), &prefix, Duration::from_secs(1)).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let reg_c = registry();
+        let attached = SharedBreakerState::attach(&reg_c, conn_c.clone(), "fleet").await;
+        if let Ok(shared_c) = attached {
+            if shared_c.open_elsewhere("payments").is_some() {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the opening never reached a process attaching after it"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
