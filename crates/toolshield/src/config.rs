@@ -167,7 +167,10 @@ impl ShieldConfig {
         let text = std::fs::read_to_string(path)
             .map_err(|e| single("", format!("cannot read {}: {e}", path.display())))?;
         let mut p = Problems::new();
-        let mut value: Value = if path.extension().is_some_and(|e| e == "json") {
+        let mut value: Value = if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        {
             let value = serde_json::from_str(&text)
                 .map_err(|e| single("", format!("invalid JSON in {}: {e}", path.display())))?;
             json_duplicates(&text, &mut p);
@@ -816,9 +819,22 @@ fn find_tool(root: &Map<String, Value>, part: &str) -> Result<String, String> {
         (Some(a), Some(b)) => Err(format!(
             "tool `{part}` matches both `{a}` and `{b}`, whose names differ only in case"
         )),
-        (None, _) => Err(format!(
-            "no tool `{part}` in the configuration (tool names match without regard to case); an override cannot add a tool: add its section to the file"
-        )),
+        (None, _) => {
+            // `__` separates the parts of a variable's path: a tool whose name holds it
+            // cannot be named by one.
+            let prefix = format!("{part}__");
+            if let Some(name) = tools.keys().find(|k| {
+                k.get(..prefix.len())
+                    .is_some_and(|p| p.eq_ignore_ascii_case(&prefix))
+            }) {
+                return Err(format!(
+                    "no tool `{part}`: the tool `{name}` cannot be set from the environment, as `__` separates the parts of a variable's path; set it in the file"
+                ));
+            }
+            Err(format!(
+                "no tool `{part}` in the configuration (tool names match without regard to case); an override cannot add a tool: add its section to the file"
+            ))
+        }
     }
 }
 

@@ -238,3 +238,27 @@ fn json_config_with_a_tool_twice_is_rejected() {
     got.sort_unstable();
     assert_eq!(got, ["defaults.retry.max_attempts", "tools.a"], "{err}");
 }
+
+#[test]
+fn a_json_file_is_read_as_json_whatever_the_case_of_its_extension() {
+    let dir = std::env::temp_dir().join(format!("toolshield-ext-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("TOOLSHIELD.JSON");
+    std::fs::write(&path, r#"{"tools": {"pay": {"kind": "mutating"}}}"#).unwrap();
+    let cfg = ShieldConfig::load(&path);
+    std::fs::remove_dir_all(&dir).ok();
+    let cfg = cfg.unwrap_or_else(|e| panic!("read as TOML: {e}"));
+    assert_eq!(cfg.tool("pay").kind, Some(CallKind::Mutating));
+}
+
+#[test]
+fn an_override_of_a_tool_whose_name_holds_a_double_underscore_says_why_it_cannot() {
+    let err = ShieldConfig::from_value_with_env(
+        json!({"tools": {"srv__search": {"kind": "read_only"}}}),
+        [("TOOLSHIELD_TOOLS__SRV__SEARCH__CACHE__TTL", "1m")],
+    )
+    .unwrap_err();
+    let text = message(&err, "TOOLSHIELD_TOOLS__SRV__SEARCH__CACHE__TTL");
+    assert!(text.contains("srv__search"), "{err}");
+    assert!(text.contains("__"), "{err}");
+}
