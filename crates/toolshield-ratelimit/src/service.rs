@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::time::Instant;
+use toolshield_contract::config::deadline_after;
 use toolshield_contract::time;
 use toolshield_contract::{CallState, ShieldRequest, ToolError};
 use toolshield_store::{take_ready, LayerFuture, StoreError};
@@ -18,8 +20,9 @@ use toolshield_contract::key::{ByName, KeyFn};
 /// A keyed GCRA rate limiter (see [`RateLimit`](crate::RateLimit)).
 ///
 /// Each call is decided in `call` against its key's bucket: admitted at once, admitted
-/// after a wait (its turn is reserved; the wait is a tokio sleep, and fits both
-/// `max_wait` and the call's deadline), or rejected with `RATE_LIMITED` and the exact
+/// after a wait (its turn is reserved; the wait is a tokio sleep until the turn's
+/// instant, however late the future is first polled, and fits both `max_wait` and the
+/// call's deadline), or rejected with `RATE_LIMITED` and the exact
 /// `retry_after` (the time until the next conforming call). A call cancelled while it
 /// waits (its future dropped, or its attempt token cancelled: it then ends at once with
 /// `CANCELLED`, never reaching the inner service) gives its turn back. When the store
@@ -113,10 +116,11 @@ fn attempt_cancelled<Req: ShieldRequest>(req: &Req) -> Option<impl Future<Output
         .map(|state| state.tokens().attempt().clone().cancelled_owned())
 }
 
-/// Sleeps `wait`, unless `cancelled` (the call's attempt token) fires first: then
-/// `false`, at once.
-async fn wait_turn(wait: Duration, cancelled: Option<impl Future<Output = ()>>) -> bool {
-    let mut sleep = pin!(tokio::time::sleep(wait));
+/// Sleeps until the call's turn at `until`, unless `cancelled` (the call's attempt token)
+/// fires first: then `false`, at once. An instant, not a duration: a future first polled
+/// late still starts at its turn, never past it (nor past its deadline).
+async fn wait_turn(until: Instant, cancelled: Option<impl Future<Output = ()>>) -> bool {
+    let mut sleep = pin!(tokio::time::sleep_until(until));
     let mut cancelled = pin!(cancelled);
     poll_fn(|cx| {
         if let Some(c) = cancelled.as_mut().as_pin_mut() {
@@ -183,6 +187,9 @@ where
             }
             Some(Ok(Decision::Admit { wait, turn })) => {
                 shared.counters.waited.bump();
+                // The turn is an instant from now, when it was reserved: not a wait from
+                // the future's first poll, which may come later.
+                let until = deadline_after(time::now(), wait);
                 let refund = Refund {
                     shared: Arc::clone(shared),
                     key: key.map(Cow::into_owned),
@@ -193,7 +200,7 @@ where
                 let cancelled = attempt_cancelled(&req);
                 LayerFuture::boxed(Box::pin(async move {
                     let mut refund = refund;
-                    if !wait_turn(wait, cancelled).await {
+                    if !wait_turn(until, cancelled).await {
                         // The turn goes back with the armed refund.
                         return Err(cancelled_while_waiting());
                     }
@@ -242,7 +249,8 @@ where
                                     return Err(rejected(&shared, req.call_name(), wait));
                                 }
                                 shared.counters.waited.bump();
-                                if !wait_turn(wait, attempt_cancelled(&req)).await {
+                                let until = deadline_after(time::now(), wait);
+                                if !wait_turn(until, attempt_cancelled(&req)).await {
                                     return Err(cancelled_while_waiting());
                                 }
                                 refund.armed = false;

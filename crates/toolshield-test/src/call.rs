@@ -1,6 +1,6 @@
 //! Calling a service from a test.
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
@@ -92,4 +92,55 @@ where
     let mut cx = Context::from_waker(Waker::noop());
     let _ = svc.poll_ready(&mut cx);
     block_on(svc.call(req))
+}
+
+// ----- dropping a call at every await -----
+
+/// How driving a future for at most a number of polls ended.
+#[derive(Debug)]
+pub enum Driven<T> {
+    /// It finished within the polls, with this output.
+    Finished(T),
+    /// It was still pending after the last poll, and was dropped there.
+    Dropped,
+}
+
+impl<T> Driven<T> {
+    /// Whether the future finished.
+    pub fn finished(&self) -> bool {
+        matches!(self, Driven::Finished(_))
+    }
+}
+
+/// Polls `fut` at most `polls` times, letting the runtime (and a paused clock) run between
+/// polls, and drops it right after the last poll if it is still pending. With `polls = 0`
+/// the future is dropped without ever being polled.
+pub async fn drive<F: Future>(fut: F, polls: usize) -> Driven<F::Output> {
+    if polls == 0 {
+        drop(fut);
+        return Driven::Dropped;
+    }
+    let mut fut = pin!(fut);
+    let mut done = 0;
+    poll_fn(|cx| {
+        done += 1;
+        match fut.as_mut().poll(cx) {
+            Poll::Ready(out) => Poll::Ready(Driven::Finished(out)),
+            Poll::Pending if done >= polls => Poll::Ready(Driven::Dropped),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// How many polls `fut` takes to finish, and its output.
+pub async fn polls_to_finish<F: Future>(fut: F) -> (usize, F::Output) {
+    let mut fut = pin!(fut);
+    let mut done = 0;
+    let out = poll_fn(|cx| {
+        done += 1;
+        fut.as_mut().poll(cx)
+    })
+    .await;
+    (done, out)
 }

@@ -12,7 +12,7 @@ mod rng;
 mod script;
 
 pub use bare::{BareTool, FailOnPayload, PendingOnce, PendingOnceTool};
-pub use call::{block_on, call, call_blocking, call_now};
+pub use call::{block_on, call, call_blocking, call_now, drive, polls_to_finish, Driven};
 pub use config::problem_fields;
 pub use counting::{counting_tool, CountingTool};
 pub use logs::LogCapture;
