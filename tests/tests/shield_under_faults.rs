@@ -362,86 +362,10 @@ async fn run(seed: u64) -> (usize, HashMap<&'static str, usize>) {
 
     // 5. The exposition stays valid.
     let text = exporter.render();
-    if let Err(line) = check_exposition(&text) {
-        panic!("seed {seed}: invalid exposition line {line:?}\n{text}");
+    if let Err(e) = toolshield_test::exposition::parse(&text) {
+        panic!("seed {seed}: invalid exposition: {e}\n{text}");
     }
     (told.len(), kinds)
-}
-
-/// Checks every line of the text format: a `# HELP`/`# TYPE` comment, or
-/// `name{label="value",...} number` with a valid metric name, label names and escapes.
-/// The first line that is not, as `Err`.
-fn check_exposition(text: &str) -> Result<(), String> {
-    fn name_ok(name: &str, first: fn(char) -> bool) -> bool {
-        let mut chars = name.chars();
-        chars.next().is_some_and(first)
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-    }
-    let metric_first = |c: char| c.is_ascii_alphabetic() || c == '_' || c == ':';
-    let label_first = |c: char| c.is_ascii_alphabetic() || c == '_';
-    for line in text.lines().filter(|l| !l.is_empty()) {
-        let bad = || Err(line.to_owned());
-        if let Some(rest) = line.strip_prefix("# ") {
-            let mut parts = rest.splitn(3, ' ');
-            let (Some(kind), Some(name)) = (parts.next(), parts.next()) else {
-                return bad();
-            };
-            if !matches!(kind, "HELP" | "TYPE") || !name_ok(name, metric_first) {
-                return bad();
-            }
-            continue;
-        }
-        let (name, rest) = match line.find(['{', ' ']) {
-            Some(i) => line.split_at(i),
-            None => return bad(),
-        };
-        if !name_ok(name, metric_first) {
-            return bad();
-        }
-        let mut rest = rest;
-        if let Some(labels) = rest.strip_prefix('{') {
-            let mut chars = labels.char_indices().peekable();
-            let end = loop {
-                let start = match chars.peek() {
-                    Some(&(i, '}')) => break i,
-                    Some(&(i, _)) => i,
-                    None => return bad(),
-                };
-                let Some(eq) = labels[start..].find('=') else {
-                    return bad();
-                };
-                if !name_ok(&labels[start..start + eq], label_first) {
-                    return bad();
-                }
-                while chars.peek().is_some_and(|&(i, _)| i < start + eq + 1) {
-                    chars.next();
-                }
-                if chars.next().map(|(_, c)| c) != Some('"') {
-                    return bad();
-                }
-                loop {
-                    match chars.next() {
-                        Some((_, '\\')) => match chars.next() {
-                            Some((_, '\\' | '"' | 'n')) => {}
-                            _ => return bad(),
-                        },
-                        Some((_, '"')) => break,
-                        Some((_, '\n')) | None => return bad(),
-                        Some(_) => {}
-                    }
-                }
-                if chars.peek().map(|&(_, c)| c) == Some(',') {
-                    chars.next();
-                }
-            };
-            rest = &labels[end + 1..];
-        }
-        let value = rest.strip_prefix(' ').unwrap_or("");
-        if !(value.parse::<f64>().is_ok() || matches!(value, "+Inf" | "-Inf" | "NaN")) {
-            return bad();
-        }
-    }
-    Ok(())
 }
 
 fn seeds() -> std::ops::Range<u64> {

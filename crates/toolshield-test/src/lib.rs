@@ -7,6 +7,7 @@ mod bare;
 mod call;
 mod config;
 mod counting;
+pub mod exposition;
 mod logs;
 mod rng;
 mod script;
