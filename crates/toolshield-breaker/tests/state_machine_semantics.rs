@@ -4,82 +4,19 @@
 //! sharing and extreme durations.
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::advance;
-use toolshield_breaker::{
-    key_fn, BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState, WindowConfig,
-};
+use toolshield_breaker::{key_fn, BreakerConfig, BreakerLayer, CircuitState, WindowConfig};
 use toolshield_core::config::MAX_DURATION;
-use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::{ErrorKind, ToolRequest};
 use tower::{Layer, Service, ServiceExt};
 
-type BoxFut = Pin<Box<dyn Future<Output = Result<ToolResponse, ToolError>> + Send>>;
+mod support;
 
-/// A tool whose behaviour is chosen by the payload field `r`.
-#[derive(Clone, Default)]
-struct Tool {
-    calls: Arc<AtomicUsize>,
-}
-
-impl Service<ToolRequest> for Tool {
-    type Response = ToolResponse;
-    type Error = ToolError;
-    type Future = BoxFut;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: ToolRequest) -> BoxFut {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let r = req.payload()["r"].as_str().unwrap_or("ok").to_owned();
-        Box::pin(async move {
-            match r.as_str() {
-                "ok" => Ok(ToolResponse::new(json!({"ok": true}))),
-                "fail" => Err(ToolError::new(ErrorKind::UpstreamUnavailable, "down")),
-                "sleep" => {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    Ok(ToolResponse::new(json!({"ok": true})))
-                }
-                "hang" => std::future::pending().await,
-                "panic" => panic!("the tool broke"),
-                "invalid" => Err(ToolError::invalid_input("bad args")),
-                "cancel" => Err(ToolError::cancelled("caller left")),
-                other => Err(ToolError::internal(format!("unknown step {other}"))),
-            }
-        })
-    }
-}
-
-type Svc = toolshield_breaker::Breaker<Tool>;
-
-fn req(key: &str, r: &str) -> ToolRequest {
-    ToolRequest::new(key, json!({ "r": r }))
-}
-
-fn setup(config: BreakerConfig) -> (Svc, BreakerRegistry, Tool) {
-    let layer = BreakerLayer::from_config(&config).expect("valid config");
-    let tool = Tool::default();
-    let registry = layer.registry().clone();
-    (layer.layer(tool.clone()), registry, tool)
-}
-
-async fn call(svc: &mut Svc, key: &str, r: &str) -> Result<ToolResponse, ToolError> {
-    svc.ready().await?.call(req(key, r)).await
-}
-
-async fn calls(svc: &mut Svc, key: &str, r: &str, n: usize) {
-    for _ in 0..n {
-        let _ = call(svc, key, r).await;
-    }
-}
+use support::{call, calls, req, setup, Tool};
 
 /// Only the failure-rate trip: no consecutive trip, no slow-call trip.
 fn rate_only(size: u32, min_calls: u32, rate: f64) -> BreakerConfig {

@@ -5,6 +5,10 @@
 //! pass a limit; a waiter dropped once its turn is known gives the turn back; a cache
 //! leader dropped anywhere leaves its followers answered, no flight open, and no entry
 //! but a whole one of a tool run that finished.
+//!
+//! On real time, not tokio's paused clock: the server answers on its own clock, and a
+//! command sent before its future was dropped can only be waited for (`LAND`), not
+//! awaited; no assertion depends on how long anything took.
 
 mod common;
 
