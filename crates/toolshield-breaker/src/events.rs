@@ -274,12 +274,19 @@ impl BreakerEvent {
 }
 
 /// Appends `text` to `out` as the inside of a JSON string.
+///
+/// Besides what JSON requires (`"`, `\\`, U+0000 to U+001F), every other control
+/// character (DEL, the C1 controls, NEL among them) and the Unicode line and paragraph
+/// separators are escaped: a key taken from a request cannot break the line for a reader
+/// that ends lines on them (Python's `str.splitlines`, many log viewers).
 fn json_escape(text: &str, out: &mut String) {
     for c in text.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
             c => out.push(c),
         }
     }

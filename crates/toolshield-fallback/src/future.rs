@@ -206,9 +206,9 @@ where
                         skip,
                     );
                     match next {
-                        Err(cancelled) => {
+                        Err(error) => {
                             this.state.set(State::Done);
-                            return Poll::Ready(Err(cancelled));
+                            return Poll::Ready(Err(error));
                         }
                         Ok(Some(next)) => {
                             this.errors.clear();
@@ -242,12 +242,12 @@ where
             this.errors.push((failed_at, error));
             let next = match next {
                 Ok(next) => next,
-                Err(cancelled) => {
+                Err(error) => {
                     this.state.set(State::Done);
                     // The primary answered: its response stands for a caller who left.
                     return Poll::Ready(match this.held.take() {
-                        Some(res) => Ok(res),
-                        None => Err(cancelled),
+                        Some(res) if error.kind() == ErrorKind::Cancelled => Ok(res),
+                        _ => Err(error),
                     });
                 }
             };
@@ -338,6 +338,20 @@ fn hook_panicked(
     }
 }
 
+/// The `INTERNAL` error of a tier predicate that panicked. The panic text is logged,
+/// never put in the error (it may hold anything).
+#[cold]
+fn predicate_panicked(tier: &str, payload: &Box<dyn std::any::Any + Send>) -> ToolError {
+    let text = toolshield_core::panic::payload_text(&**payload);
+    tracing::error!(
+        target: "toolshield::fallback",
+        tier,
+        panic = text,
+        "a fallback tier's predicate panicked"
+    );
+    ToolError::internal("a fallback tier's predicate panicked")
+}
+
 /// The error a failure reported in-band stands for, to the predicates, the escalation
 /// hook and the combined error.
 fn in_band_error(failure: InBandFailure) -> ToolError {
@@ -364,7 +378,8 @@ fn cancelled_error() -> ToolError {
 /// already called; `Ok(None)` when no tier takes it or the request's deadline has passed
 /// (the last error stands, as retry returns it), `Err(CANCELLED)` when the caller
 /// cancelled the call: a tier is another try at the call, and is never started for a
-/// caller who gave up or after the call's time is up.
+/// caller who gave up or after the call's time is up. `Err(INTERNAL)` when a predicate
+/// panicked.
 fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'static>(
     shared: &Arc<Shared<Req, Res>>,
     req: &Option<Req>,
@@ -376,14 +391,27 @@ fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'stati
     let Some(req) = req.as_ref() else {
         return Ok(None);
     };
-    let Some((index, tier)) = shared
-        .tiers
-        .iter()
-        .enumerate()
-        .skip(from)
-        .filter(|(i, _)| !skip.contains(i))
-        .find(|(_, t)| error.is_none_or(|e| (t.predicate)(req, e)))
-    else {
+    let mut chosen = None;
+    for (index, tier) in shared.tiers.iter().enumerate().skip(from) {
+        if skip.contains(&index) {
+            continue;
+        }
+        let Some(e) = error else {
+            chosen = Some((index, tier));
+            break;
+        };
+        // The predicate is application code: a panic in it ends this call with INTERNAL
+        // instead of unwinding through the stack, as a panicking tier or hook does.
+        match panic::catch_unwind(AssertUnwindSafe(|| (tier.predicate)(req, e))) {
+            Ok(true) => {
+                chosen = Some((index, tier));
+                break;
+            }
+            Ok(false) => {}
+            Err(payload) => return Err(predicate_panicked(&tier.name, &payload)),
+        }
+    }
+    let Some((index, tier)) = chosen else {
         return Ok(None);
     };
     if call_cancelled(req) {

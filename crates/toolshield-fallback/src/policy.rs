@@ -55,8 +55,9 @@ pub struct FallbackFailure<Req = ToolRequest> {
 }
 
 impl<Req> FallbackFailure<Req> {
-    /// The combined error: the kind and wait of the last tier that ran, and a message
-    /// listing every tier's error. The source is the last tier's error.
+    /// The combined error: the kind of the last tier that ran, the shortest wait
+    /// (`retry_after`) any tier asked for, and a message listing every tier's error. The
+    /// source is the last tier's error.
     pub fn to_error(&self) -> ToolError {
         combine(&self.errors)
     }
