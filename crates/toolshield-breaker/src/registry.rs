@@ -169,8 +169,14 @@ impl BreakerRegistry {
     /// The breaker of `key`, created if needed (the service's lookup on a cache miss).
     pub(crate) fn get_or_insert(&self, key: &str) -> Arc<BreakerState> {
         if key.len() > MAX_KEY_LEN {
-            // Never held: the registry's memory is bounded by `max_keys` keys of at most
-            // this length, whatever a key function returns.
+            // Never held for a call: the registry's memory is bounded by `max_keys` keys
+            // of at most this length, whatever a key function returns. Only an operator's
+            // override (`force_open` and the like) puts such a key in the map, and then
+            // its calls run under it.
+            if let Some(s) = self.find(key) {
+                s.touch();
+                return s;
+            }
             return self.unkept();
         }
         if let Some(s) = Self::read(self.shard(key)).get(key) {

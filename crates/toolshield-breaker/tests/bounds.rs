@@ -318,6 +318,42 @@ async fn keys_longer_than_the_key_bound_are_never_held_by_the_registry() {
     assert!(registry.status(&at_bound).is_some());
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_override_of_a_key_over_the_bound_holds_for_its_calls() {
+    // An operator forces open a breaker keyed by a long name (from the admin API, say):
+    // the calls with that key run under the forced breaker, not the overflow one.
+    let layer = BreakerLayer::from_config(&BreakerConfig::default())
+        .expect("valid config")
+        .key_fn(toolshield_breaker::key_fn(|req: &ToolRequest| {
+            std::borrow::Cow::Owned(req.payload()["host"].as_str().unwrap_or("").to_owned())
+        }));
+    let registry = layer.registry().clone();
+    let mut svc =
+        BoxedTool::new(layer.layer(FailOnPayload::new("r", ErrorKind::UpstreamUnavailable)));
+    let long = "h".repeat(toolshield_breaker::MAX_KEY_LEN + 1);
+    registry.force_open(&long);
+    let req = ToolRequest::new("fetch", json!({ "host": long, "r": "ok" }));
+    let err = toolshield_test::call(&mut svc, req)
+        .await
+        .expect_err("the forced breaker rejects");
+    assert_eq!(err.kind(), ErrorKind::CircuitOpen);
+    assert_eq!(registry.overflowed(), 0, "the call ran under the held breaker");
+    // Another long key is still never held.
+    let other = "g".repeat(toolshield_breaker::MAX_KEY_LEN + 1);
+    let req = ToolRequest::new("fetch", json!({ "host": other, "r": "ok" }));
+    toolshield_test::call(&mut svc, req)
+        .await
+        .expect("admitted");
+    assert_eq!(registry.overflowed(), 1);
+    assert!(registry.status(&other).is_none());
+    // Reset lifts the override: the key's calls pass again.
+    registry.reset(&long);
+    let req = ToolRequest::new("fetch", json!({ "host": long, "r": "ok" }));
+    toolshield_test::call(&mut svc, req)
+        .await
+        .expect("admitted after the reset");
+}
+
 #[test]
 fn a_key_count_bound_above_max_keys_is_a_config_error() {
     // A registry bound of usize::MAX is no bound against a flood of distinct keys.
