@@ -337,7 +337,11 @@ async fn an_override_of_a_key_over_the_bound_holds_for_its_calls() {
         .await
         .expect_err("the forced breaker rejects");
     assert_eq!(err.kind(), ErrorKind::CircuitOpen);
-    assert_eq!(registry.overflowed(), 0, "the call ran under the held breaker");
+    assert_eq!(
+        registry.overflowed(),
+        0,
+        "the call ran under the held breaker"
+    );
     // Another long key is still never held.
     let other = "g".repeat(toolshield_breaker::MAX_KEY_LEN + 1);
     let req = ToolRequest::new("fetch", json!({ "host": other, "r": "ok" }));

@@ -184,14 +184,33 @@ impl ErrorKind {
 /// At most this many bytes of a tool's name are shown in a [`ErrorKind::for_model`] text.
 pub const MAX_TOOL_NAME_SHOWN: usize = 128;
 
-/// Whether `c` would break a text out of its line or hide what follows: a control
-/// character (newlines, escapes, NUL) or a Unicode line or paragraph separator.
+/// Whether `c` would break a text out of its line, or make what a person sees differ
+/// from what a model reads: a control character (newlines, escapes, NUL), a Unicode line
+/// or paragraph separator, a bidirectional control (which reorders the text around it on
+/// screen, as in CVE-2021-42574), an invisible space or word joiner, or a tag character
+/// (U+E0000 to U+E007F: invisible, yet read by models as the ASCII they mirror).
 fn breaks_a_line(c: char) -> bool {
-    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}'
+                | '\u{2029}'
+                | '\u{061C}'
+                | '\u{200B}'
+                | '\u{200E}'
+                | '\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{FEFF}'
+                | '\u{E0000}'..='\u{E007F}'
+        )
 }
 
 /// `text` on one line and at most `max` bytes, for a model or a log to read: every
-/// control character and line separator becomes a space, and a longer text is cut at a
+/// control character and line separator becomes a space (as do the bidirectional
+/// controls, invisible spaces and tag characters, which would make what a person reads
+/// differ from what a model reads), and a longer text is cut at a
 /// character boundary and ends with `…` (within the `max` bytes). Borrowed when `text`
 /// needs neither.
 ///

@@ -96,3 +96,40 @@ fn display_keeps_an_error_on_one_line() {
         "TIMEOUT: attempt exceeded 30s"
     );
 }
+
+#[test]
+fn invisible_and_reordering_characters_never_reach_a_model() {
+    // A tool name chosen by an MCP server, or an upstream's error message: a right-to-left
+    // override shows the text reversed to a person, tag characters smuggle instructions a
+    // model reads but a person cannot see.
+    let hostile = [
+        "pay\u{202E}lanigiro",
+        "a\u{2066}b\u{2069}c",
+        "x\u{200B}y\u{FEFF}z\u{2060}",
+        "mark\u{200E}\u{200F}\u{061C}",
+        "ok\u{E0049}\u{E0067}\u{E006E}\u{E007F}",
+    ];
+    let unseen = |c: char| {
+        matches!(
+            c,
+            '\u{061C}'
+                | '\u{200B}'
+                | '\u{200E}'
+                | '\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{FEFF}'
+                | '\u{E0000}'..='\u{E007F}'
+        )
+    };
+    for name in hostile {
+        let shown = toolshield_contract::printable(name, 512);
+        assert!(!shown.chars().any(unseen), "{shown:?}");
+        let text = ErrorKind::UpstreamUnavailable.for_model(name);
+        assert!(!text.chars().any(unseen), "{text:?}");
+    }
+    // Joiners that scripts and emoji need are kept.
+    let kept = "\u{1F469}\u{200D}\u{1F4BB} \u{0645}\u{06CC}\u{200C}\u{062E}\u{0648}\u{0627}\u{0647}\u{0645}";
+    assert_eq!(toolshield_contract::printable(kept, 512), kept);
+}
