@@ -136,8 +136,13 @@ struct Stale {
     until: Instant,
 }
 
+/// Marks an answer the cache served (a fresh hit, a stale entry, a follower's share of a
+/// flight). The caller did not wait for the tool, so the slow-call mark of the call that
+/// fetched the data is not this call's: kept, every hit of a slow result would show
+/// `provenance.slow` and count again in `tool_slow_calls_total`.
 fn hit(mut resp: ToolResponse) -> ToolResponse {
     resp.provenance.cache_hit = true;
+    resp.clear_slow();
     resp
 }
 

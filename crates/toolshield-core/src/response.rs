@@ -281,6 +281,18 @@ impl ToolResponse {
         }
     }
 
+    /// Takes off the slow-call mark (`provenance.slow` and the [`SlowCall`] extension) of
+    /// an answer served again: a cache hit or an idempotent replay did not wait for the
+    /// tool, so the slowness of the call that produced it is not this call's, and it must
+    /// not count again in `tool_slow_calls_total` or the breaker's slow-call rate.
+    pub fn clear_slow(&mut self) {
+        // Read first: a write through the provenance box would allocate an empty one.
+        if self.provenance.slow {
+            self.provenance.slow = false;
+        }
+        self.extensions.remove::<SlowCall>();
+    }
+
     /// Whether the output reports a failure in-band, MCP style: `{"isError": true, ...}`.
     #[inline]
     pub fn is_error(&self) -> bool {
