@@ -309,10 +309,25 @@ fn tool_name_problem(name: &str) -> Option<(String, String)> {
         return Some(("tools".to_owned(), why.to_owned()));
     }
     if let Some(why) = toolshield_core::keys::check_tool_name(name) {
-        return Some(("tools".to_owned(), format!("{name:?}: {why}")));
+        return Some(("tools".to_owned(), format!("{}: {why}", quoted_name(name))));
     }
     let why = reserved_name(name)?;
     Some((format!("tools.{name}"), why.to_owned()))
+}
+
+/// `name` quoted for a problem's message, escapes shown, cut to
+/// [`MAX_TOOL_NAME_SHOWN`](toolshield_core::MAX_TOOL_NAME_SHOWN) bytes: a name sent in a
+/// reload's body may be as long as the body, and the answer must not repeat it whole.
+pub(crate) fn quoted_name(name: &str) -> String {
+    let max = toolshield_core::MAX_TOOL_NAME_SHOWN;
+    if name.len() <= max {
+        return format!("{name:?}");
+    }
+    let mut end = max;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}… ({} bytes)", &name[..end], name.len())
 }
 
 /// Why `name` is reserved, if it is: it cannot name a tool section, nor a router's tool
@@ -580,6 +595,7 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
         p.extend(&format!("{path}.idempotency"), tool.idempotency.validate());
     }
     if own(|a, b| a.cache == b.cache) {
+        // Its own check bounds `ttl` and `stale_if_error` by `MAX_DURATION`: checked once.
         p.extend(&format!("{path}.cache"), tool.cache.validate());
     }
     let window_rule_is_own = own(|a, b| a.timeout == b.timeout && a.breaker == b.breaker);
@@ -592,12 +608,6 @@ fn check_tool(tool: &ToolConfig, defaults: Option<&ToolConfig>, path: &str, p: &
                 "{duration:?} is shorter than 2 x the attempt timeout ({min:?}): a slow failure would leave the window before it counts"
             ),
         );
-    }
-    if own(|a, b| a.cache == b.cache) {
-        p.check_duration(tool.cache.ttl, format!("{path}.cache.ttl"));
-        if let Some(grace) = tool.cache.stale_if_error {
-            p.check_duration(grace, format!("{path}.cache.stale_if_error"));
-        }
     }
     if !tool.cache.ttl.is_zero() && tool.kind != Some(CallKind::ReadOnly) {
         let kind = tool
