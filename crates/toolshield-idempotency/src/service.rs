@@ -53,6 +53,23 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
                         Cow::Borrowed(_) => (skey, None),
                     }
                 }
+                Ok(None) if req.call_kind() == CallKind::Mutating => {
+                    // No key (none given, none derived): nothing to record, but a mutation
+                    // that timed out after it was sent still ends `OUTCOME_UNKNOWN`, as it
+                    // does with a key, so no caller takes a `TIMEOUT` as "not done".
+                    let tool = Arc::clone(req.tool_arc());
+                    let shared = Arc::clone(&self.shared);
+                    let fut = inner.call(req);
+                    return ResponseFuture::boxed(Box::pin(async move {
+                        fut.await.map_err(|e| {
+                            let e = unkeyed_outcome(&tool, e.into());
+                            if e.kind() == ErrorKind::OutcomeUnknown {
+                                shared.counters.outcome_unknown.bump();
+                            }
+                            e
+                        })
+                    }));
+                }
                 Ok(None) => return ResponseFuture::passthrough(inner.call(req)),
                 Err(e) => return ResponseFuture::ready(Err(e)),
             };
@@ -765,20 +782,7 @@ where
             }
             Err(e) if mutating && e.kind().may_have_taken_effect() => {
                 counters.outcome_unknown.bump();
-                let said;
-                let what = match e.kind() {
-                    ErrorKind::Timeout => "timed out after it was sent",
-                    ErrorKind::Internal => "failed inside the tool layer after it was sent",
-                    // The tool said why (e.g. an MCP task that could not be resumed): keep it.
-                    _ => {
-                        said = format!(
-                            "ended without a known outcome ({})",
-                            cut(e.message(), MAX_INNER_MESSAGE)
-                        );
-                        said.as_str()
-                    }
-                };
-                let err = outcome_unknown(tool, what).with_source(e);
+                let err = outcome_unknown(tool, &why_unknown(&e)).with_source(e);
                 let rec =
                     IdempotencyRecord::failed(payload_hash, owner.to_owned(), &err, cfg.record_ttl);
                 let at = (tool.as_ref(), skey, owner);
@@ -944,6 +948,34 @@ fn cut(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// What happened to a mutation that ended with an error that may have taken effect, for
+/// its `OUTCOME_UNKNOWN` message.
+fn why_unknown(e: &ToolError) -> Cow<'static, str> {
+    match e.kind() {
+        ErrorKind::Timeout => Cow::Borrowed("timed out after it was sent"),
+        ErrorKind::Internal => Cow::Borrowed("failed inside the tool layer after it was sent"),
+        // The tool said why (e.g. an MCP task that could not be resumed): keep it.
+        _ => Cow::Owned(format!(
+            "ended without a known outcome ({})",
+            cut(e.message(), MAX_INNER_MESSAGE)
+        )),
+    }
+}
+
+/// The error of a keyless mutation (no key given, none derived): one that may have taken
+/// effect becomes `OUTCOME_UNKNOWN` (one already so is kept as it is); any other passes.
+fn unkeyed_outcome(tool: &str, e: ToolError) -> ToolError {
+    if !e.kind().may_have_taken_effect() || e.kind() == ErrorKind::OutcomeUnknown {
+        return e;
+    }
+    let why = why_unknown(&e);
+    ToolError::new(
+        ErrorKind::OutcomeUnknown,
+        format!("call of `{tool}` {why}; its outcome is unknown (it had no idempotency key: nothing was recorded)"),
+    )
+    .with_source(e)
 }
 
 fn outcome_unknown(tool: &str, what: &str) -> ToolError {
