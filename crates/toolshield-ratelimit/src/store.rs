@@ -54,8 +54,9 @@ const MAX_KEY_LEN: u64 = 4096;
 /// The GCRA state of every key in memory, for one process: a bounded [`TtlMap`] of each
 /// key's time, each entry living until its time has passed (then the key is as new).
 ///
-/// Bounded: at most `max_keys` keys (CLOCK eviction makes room; an evicted key starts
-/// afresh, so size the bound above the keys active within one period). A key too long
+/// Bounded: at most `max_keys` keys (CLOCK eviction makes room: a key called again while
+/// its time is live gets a second chance, so one-off keys go first; an evicted key
+/// starts afresh, so size the bound above the keys active within one period). A key too long
 /// to store (longer than 4 KiB) shares one overflow bucket with every such key:
 /// limited together, never unlimited.
 pub struct MemoryRateLimitStore {

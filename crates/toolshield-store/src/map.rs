@@ -88,7 +88,8 @@ struct Entry<V> {
     weight: u64,
     /// Never evicted to make room while live ([`Write::Hold`]).
     held: bool,
-    /// Set by every read, cleared by the clock hand: a read entry gets a second chance.
+    /// Set by every read and every update of a live entry, cleared by the clock hand: an
+    /// entry in use gets a second chance.
     referenced: AtomicBool,
 }
 
@@ -284,12 +285,14 @@ impl<V> Shard<V> {
             }
             return false;
         }
-        let key = match old {
-            Some(old) => {
+        // A replaced entry's read mark goes to its successor.
+        let (key, referenced) = match old {
+            Some(mut old) => {
+                let referenced = *old.referenced.get_mut();
                 evicted.push_value(old.value);
-                old.key
+                (old.key, referenced)
             }
-            None => Arc::from(key),
+            None => (Arc::from(key), false),
         };
         let deadline = deadline_after(now, ttl);
         let entry = Entry {
@@ -300,7 +303,7 @@ impl<V> Shard<V> {
             keep_until: deadline_after(deadline, linger),
             weight,
             held,
-            referenced: AtomicBool::new(false),
+            referenced: AtomicBool::new(referenced),
         };
         self.insert_entry(entry);
         true
@@ -584,7 +587,17 @@ impl<V> TtlMap<V> {
                     live: now < e.deadline,
                 })
             });
+        let live = found.as_ref().is_some_and(|f| f.live);
         let (write, out) = f(found);
+        if live {
+            // A live entry read and written again is in use, as one read by `get` is: it
+            // gets CLOCK's second chance, so a flood of one-off keys cannot evict a key
+            // in steady use (a rate limiter's or a budget's, which only ever update). The
+            // write lock is held: a plain write.
+            if let Some(Some(e)) = at.and_then(|pos| guard.slots.get_mut(pos)) {
+                *e.referenced.get_mut() = true;
+            }
+        }
         let applied = match (write, at) {
             (Write::Keep, _) | (Write::Remove | Write::Touch { .. }, None) => true,
             (Write::Remove, Some(pos)) => {

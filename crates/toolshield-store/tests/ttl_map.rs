@@ -84,6 +84,33 @@ async fn an_entry_read_every_turn_survives_a_flood() {
     }
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_entry_updated_every_turn_survives_a_flood() {
+    // A rate limiter's or a budget's entry is never read, only updated in place: that is
+    // a use too, and a flood of one-off keys must not evict it.
+    let map = TtlMap::new(MemoryBounds::new(1_600, 1_000_000));
+    map.insert("hot", 0u32, 10, MIN);
+    for i in 0..20_000u32 {
+        let seen = map.update("hot", |found| match found {
+            Some(f) if f.live => (
+                Write::Touch {
+                    weight: 10,
+                    ttl: MIN,
+                    linger: Duration::ZERO,
+                },
+                true,
+            ),
+            _ => (put(0, MIN, Duration::ZERO), false),
+        });
+        assert!(seen, "hot entry evicted at {i}");
+        // Every other turn a new value is put in its place, as a limiter does.
+        if i % 2 == 0 {
+            map.update("hot", |_| (put(i, MIN, Duration::ZERO), ()));
+        }
+        map.insert(&format!("cold-{i}"), i, 10, MIN);
+    }
+}
+
 mod model {
     //! The map against a model, for any sequence of writes and reads: with room for every
     //! key it answers what a plain map would; with little room it may forget a key but
