@@ -2,6 +2,10 @@
 //! its own limiter) through a real redis-server: replicas calling at once never put more
 //! than the documented bound of calls into a period, and a Redis that dies and comes back
 //! fails open or closed as configured while it is away and limits again once it is back.
+//!
+//! These run on real time, not tokio's paused clock: the limit is kept by the server,
+//! against its own clock, so the callers must really spend the period (2.5 s of calls),
+//! and a restarted server is waited for in short real pauses.
 
 mod common;
 
