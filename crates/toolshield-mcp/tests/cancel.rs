@@ -1,6 +1,8 @@
 //! Cancellation reaches the MCP server: `notifications/cancelled`, exactly once, when a
 //! call is cancelled, times out or is dropped; never after an answer.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,7 +11,7 @@ use rmcp::model::{
     ContentBlock, RequestId,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
+use rmcp::{ErrorData, ServerHandler};
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -100,15 +102,7 @@ impl ServerHandler for Recorder {
 async fn start() -> (McpClientService, Arc<Log>) {
     let server = Recorder::default();
     let log = server.log.clone();
-    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = McpClientService::connect(client_io)
-        .await
-        .expect("client connects");
+    let client = common::connect_to(server).await;
     (client, log)
 }
 

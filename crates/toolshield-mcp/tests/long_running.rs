@@ -18,6 +18,8 @@
 //! hand on the wire, for answers rmcp would never send), on tokio's paused clock: the
 //! in-memory transport needs no real time.
 
+mod common;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,7 +29,7 @@ use rmcp::model::{
     ContentBlock, ProgressNotificationParam, RequestId,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
+use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, WriteHalf};
 use tokio::sync::Notify;
@@ -76,17 +78,7 @@ impl Log {
 
     /// Waits (at most 600 s of the paused clock) until `done` holds.
     async fn until(&self, what: &str, done: impl Fn(&Log) -> bool) {
-        tokio::time::timeout(secs(600), async {
-            loop {
-                let changed = self.changed.notified();
-                if done(self) {
-                    return;
-                }
-                changed.await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("the server never saw: {what}"));
+        common::until(&self.changed, what, || done(self)).await;
     }
 }
 
@@ -206,15 +198,7 @@ impl ServerHandler for LongServer {
 async fn start() -> (McpClientService, ProgressRouter, Arc<Log>) {
     let server = LongServer::default();
     let log = server.log.clone();
-    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = McpClientService::connect(client_io)
-        .await
-        .expect("client connects");
+    let client = common::connect_to(server).await;
     let router = client
         .progress_router()
         .expect("connect routes progress")

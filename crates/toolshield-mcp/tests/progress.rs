@@ -5,6 +5,8 @@
 //! A real rmcp server runs in-process over `tokio::io::duplex`, on tokio's paused clock
 //! (the in-memory transport needs no real time).
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,18 +53,9 @@ struct Log {
 }
 
 impl Log {
+    /// Waits (at most 600 s of the paused clock) until `done` holds.
     async fn until(&self, what: &str, done: impl Fn(&Log) -> bool) {
-        tokio::time::timeout(secs(600), async {
-            loop {
-                let changed = self.changed.notified();
-                if done(self) {
-                    return;
-                }
-                changed.await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("the server never saw: {what}"));
+        common::until(&self.changed, what, || done(self)).await;
     }
 }
 

@@ -5,6 +5,8 @@
 //! drop guard fires (no `tasks/cancel`, no release, no `OUTCOME_UNKNOWN` record), and its
 //! lease stops being renewed, as when the process dies.
 
+mod common;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -17,7 +19,7 @@ use rmcp::model::{
     Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
+use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Value};
 use tokio::time::advance;
 use toolshield::idempotency::{
@@ -133,15 +135,7 @@ impl ServerHandler for TaskServer {
 async fn start() -> (McpClientService, Arc<Log>) {
     let server = TaskServer::default();
     let log = server.log.clone();
-    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = McpClientService::connect(client_io)
-        .await
-        .expect("client connects");
+    let client = common::connect_to(server).await;
     (client, log)
 }
 

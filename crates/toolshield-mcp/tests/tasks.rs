@@ -2,6 +2,8 @@
 //! with backoff to its end, cancelled with `tasks/cancel` when the call is cancelled,
 //! times out or is dropped.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +14,7 @@ use rmcp::model::{
     GetTaskResult, ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
+use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -185,15 +187,7 @@ impl ServerHandler for TaskServer {
 async fn start() -> (McpClientService, Arc<Log>) {
     let server = TaskServer::default();
     let log = server.log.clone();
-    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = McpClientService::connect(client_io)
-        .await
-        .expect("client connects");
+    let client = common::connect_to(server).await;
     (client, log)
 }
 

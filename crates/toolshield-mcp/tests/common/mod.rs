@@ -107,3 +107,33 @@ pub async fn start() -> (McpClientService, Arc<Seen>, JoinHandle<()>) {
         .expect("client connects to the in-process server");
     (client, seen, task)
 }
+
+/// Waits (at most 600 s of the paused clock) until `done` holds, checking again each time
+/// `changed` is notified; panics naming `what` if it never does.
+pub async fn until(changed: &tokio::sync::Notify, what: &str, done: impl Fn() -> bool) {
+    tokio::time::timeout(std::time::Duration::from_secs(600), async {
+        loop {
+            let notified = changed.notified();
+            if done() {
+                return;
+            }
+            notified.await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the server never saw: {what}"));
+}
+
+/// Runs `server` on one half of an in-memory duplex pipe until the client goes, and
+/// connects a client on the other half.
+pub async fn connect_to<H: ServerHandler>(server: H) -> McpClientService {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    McpClientService::connect(client_io)
+        .await
+        .expect("client connects")
+}
