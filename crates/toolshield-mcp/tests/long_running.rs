@@ -20,13 +20,15 @@
 
 mod common;
 
+use common::{arg_u64, done};
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
-    ContentBlock, ProgressNotificationParam, RequestId,
+    CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ProgressNotificationParam,
+    RequestId,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -80,14 +82,6 @@ impl Log {
     async fn until(&self, what: &str, done: impl Fn(&Log) -> bool) {
         common::until(&self.changed, what, || done(self)).await;
     }
-}
-
-fn arg_u64(args: &Value, key: &str) -> u64 {
-    args.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
-
-fn done() -> CallToolResponse {
-    CallToolResult::success(vec![ContentBlock::text("done")]).into()
 }
 
 /// - `slow`: silent until its request is cancelled;

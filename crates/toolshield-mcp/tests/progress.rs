@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::{arg_u64 as arg, done};
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,14 +59,6 @@ impl Log {
     async fn until(&self, what: &str, done: impl Fn(&Log) -> bool) {
         common::until(&self.changed, what, || done(self)).await;
     }
-}
-
-fn arg(args: &Value, key: &str) -> u64 {
-    args.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
-
-fn done() -> CallToolResponse {
-    CallToolResult::success(vec![ContentBlock::text("done")]).into()
 }
 
 /// - `report {every, count, tail, other}`: `count` progress notifications, one every

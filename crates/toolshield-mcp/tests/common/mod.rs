@@ -137,3 +137,15 @@ pub async fn connect_to<H: ServerHandler>(server: H) -> McpClientService {
         .await
         .expect("client connects")
 }
+
+/// The unsigned integer argument `key` of a scripted call (0 when absent).
+pub fn arg_u64(args: &serde_json::Value, key: &str) -> u64 {
+    args.get(key)
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// A successful answer: one text block, `done`.
+pub fn done() -> CallToolResponse {
+    CallToolResult::success(vec![ContentBlock::text("done")]).into()
+}
