@@ -1,6 +1,10 @@
 //! Bulkhead behaviour with a paused clock: limits, queue order and timeout, rejection,
 //! release on completion, failure and drop, per-key compartments and their bound.
 
+mod support;
+
+use support::{gated, req, settle};
+
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,10 +16,7 @@ use tokio::time::Instant;
 use toolshield_bulkhead::{key_fn, BulkheadConfig, BulkheadKey, BulkheadLayer, ByCaller};
 use toolshield_contract::CallState;
 use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
-use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, Service, ServiceExt};
-
-type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
 
 /// A tool that records how many calls run at once (and the most ever), and takes `work`.
 fn tool(
@@ -47,29 +48,6 @@ fn tool(
             Ok(ToolResponse::new(json!(req.payload().get("n").cloned())))
         }
     })
-}
-
-/// A tool that waits until the test releases it (one permit per call).
-fn gated(gate: Arc<Semaphore>) -> Svc {
-    BoxCloneService::new(service_fn(move |_req: ToolRequest| {
-        let gate = Arc::clone(&gate);
-        async move {
-            if let Ok(p) = gate.acquire().await {
-                p.forget();
-            }
-            Ok::<_, ToolError>(ToolResponse::new(json!("ok")))
-        }
-    }))
-}
-
-fn req() -> ToolRequest {
-    ToolRequest::new("search", json!({}))
-}
-
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
 }
 
 #[tokio::test(start_paused = true)]

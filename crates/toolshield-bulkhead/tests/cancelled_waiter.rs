@@ -3,6 +3,10 @@
 //! give up a wait on cancellation: it never holds a queue place until the queue timeout,
 //! and is never admitted to run a cancelled call. Paused clock.
 
+mod support;
+
+use support::{req, settle};
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,16 +34,6 @@ fn gated(gate: Arc<Semaphore>, calls: Arc<AtomicUsize>) -> Svc {
             Ok::<_, ToolError>(ToolResponse::new(json!("ok")))
         }
     }))
-}
-
-fn req() -> ToolRequest {
-    ToolRequest::new("search", json!({}))
-}
-
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
 }
 
 #[tokio::test(start_paused = true)]

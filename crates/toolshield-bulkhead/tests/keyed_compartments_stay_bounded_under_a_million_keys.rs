@@ -5,6 +5,10 @@
 //! a trailing space are different compartments, and the same string is always the same
 //! one. Paused clock.
 
+mod support;
+
+use support::settle;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,12 +43,6 @@ fn tool(gate: Arc<Semaphore>) -> Svc {
 
 fn req(caller: &str) -> ToolRequest {
     ToolRequest::new("search", json!({})).caller(caller)
-}
-
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
 }
 
 #[tokio::test(start_paused = true)]

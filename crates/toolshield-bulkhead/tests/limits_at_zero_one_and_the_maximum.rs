@@ -2,41 +2,19 @@
 //! clamps them as documented, a configuration lists them as problems, and no call ever
 //! panics (`Instant + Duration` included). Paused clock.
 
+mod support;
+
+use support::{gated, req, settle};
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use toolshield_bulkhead::{BulkheadConfig, BulkheadKey, BulkheadLayer, ByCaller, MAX_CONCURRENT};
-use toolshield_core::{ErrorKind, ToolError, ToolRequest, ToolResponse};
+use toolshield_core::ErrorKind;
 use toolshield_test::problem_fields;
-use tower::util::BoxCloneService;
-use tower::{service_fn, Layer, ServiceExt};
-
-type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
-
-fn gated(gate: Arc<Semaphore>) -> Svc {
-    BoxCloneService::new(service_fn(move |_req: ToolRequest| {
-        let gate = Arc::clone(&gate);
-        async move {
-            if let Ok(p) = gate.acquire().await {
-                p.forget();
-            }
-            Ok::<_, ToolError>(ToolResponse::new(json!("ok")))
-        }
-    }))
-}
-
-fn req() -> ToolRequest {
-    ToolRequest::new("search", json!({}))
-}
-
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-}
+use tower::{Layer, ServiceExt};
 
 #[tokio::test(start_paused = true)]
 async fn a_limit_of_zero_is_one_and_one_admits_exactly_one() {

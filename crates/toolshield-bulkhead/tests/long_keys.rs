@@ -2,6 +2,10 @@
 //! compartments; every such key shares one overflow compartment, so the map's memory is
 //! bounded by its key count times 4 KiB, and a long key is still limited.
 
+mod support;
+
+use support::settle;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,12 +17,6 @@ use tower::{service_fn, Layer, ServiceExt};
 
 fn req(caller: String) -> ToolRequest {
     ToolRequest::new("search", json!({})).caller(caller)
-}
-
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,6 +1,10 @@
 //! A tool that panics frees its slot: the panic unwinds through the bulkhead's future
 //! (running, or just admitted from the queue), and the next call gets the slot.
 
+mod support;
+
+use support::{req, settle};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -10,16 +14,6 @@ use serde_json::json;
 use toolshield_bulkhead::BulkheadLayer;
 use toolshield_core::{ToolError, ToolRequest, ToolResponse};
 use tower::{service_fn, Layer, Service, ServiceExt};
-
-fn req() -> ToolRequest {
-    ToolRequest::new("search", json!({}))
-}
-
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_tool_that_panics_while_running_frees_its_slot() {

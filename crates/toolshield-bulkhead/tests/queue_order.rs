@@ -2,6 +2,10 @@
 //! futures were first polled: a call queued first is admitted first, and a newcomer never
 //! takes a slot that a queued call is waiting for.
 
+mod support;
+
+use support::settle;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,12 +22,6 @@ type Svc = BoxCloneService<ToolRequest, ToolResponse, ToolError>;
 
 fn req(n: u64) -> ToolRequest {
     ToolRequest::new("search", json!({"n": n}))
-}
-
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
 }
 
 /// A tool that records the order calls start in, then waits for one permit of `gate`.
