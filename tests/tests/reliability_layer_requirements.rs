@@ -727,6 +727,9 @@ async fn another_payload_under_a_used_key_is_refused_at_every_stage_and_never_ru
 
 // ------------------------------------------------------------ Redis: two replicas
 
+/// Two replicas on one real redis-server. These run on real time, not tokio's paused
+/// clock: leases and record expiries are kept by the server against its own clock, and a
+/// killed or paused server is waited for in short real pauses.
 mod redis {
     use super::*;
     use toolshield::cache::InMemoryCacheStore;
