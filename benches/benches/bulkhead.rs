@@ -1,6 +1,7 @@
 //! Bulkhead, admit path (a free slot taken, the call, the slot given back): the bare
 //! service, toolshield's bulkhead (one compartment, and keyed by tool name), tower's
-//! `ConcurrencyLimit` and tower-resilience's bulkhead, in one group.
+//! `ConcurrencyLimit` and tower-resilience's bulkhead, in one group; and a keyed
+//! bulkhead's rejection of a new key while all its compartments are busy.
 
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
@@ -97,5 +98,37 @@ fn admit(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, admit);
+/// A new key while every one of `max_keys` compartments is busy: the rejection, which a
+/// flood of new keys forces on every call.
+fn new_key_all_busy(c: &mut Criterion) {
+    const KEYS: usize = 10_000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let _enter = rt.enter();
+    let mut g = c.benchmark_group("bulkhead_new_key_all_busy");
+    let mut keyed = BulkheadLayer::new(1).keyed(ByName, KEYS).layer(BareTool);
+    // Each future holds its compartment's one slot until dropped, after the group.
+    let held: Vec<_> = (0..KEYS)
+        .map(|n| {
+            keyed.call(LiteRequest {
+                name: Arc::from(format!("busy-{n}")),
+            })
+        })
+        .collect();
+    let new = LiteRequest {
+        name: Arc::from("new"),
+    };
+    g.bench_function("toolshield_keyed_10000_busy", |b| {
+        b.iter(|| {
+            let res = call_blocking(&mut keyed, black_box(&new).clone());
+            assert!(res.is_err());
+        })
+    });
+    g.finish();
+    drop(held);
+}
+
+criterion_group!(benches, admit, new_key_all_busy);
 criterion_main!(benches);

@@ -81,7 +81,42 @@ pub(crate) fn token_matches(expected: &[u8], header: Option<&HeaderValue>) -> bo
         return false;
     }
     let given = rest.trim_ascii_start();
-    given.ct_eq(expected).into()
+    same_secret(given, expected)
+}
+
+/// Whether `given` equals `expected`, in a time that depends on `expected`'s length
+/// alone: neither the first difference nor the length of the token expected shows in
+/// how long a wrong guess takes (`subtle`'s slice comparison returns at once when the
+/// lengths differ, which would let a caller find the length by timing).
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    let mut same = (given.len() as u64).ct_eq(&(expected.len() as u64));
+    for (i, e) in expected.iter().enumerate() {
+        same &= given.get(i).copied().unwrap_or(!*e).ct_eq(e);
+    }
+    same.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_secret;
+
+    #[test]
+    fn only_the_exact_token_matches() {
+        let token = b"s3cret-token";
+        assert!(same_secret(token, token));
+        for wrong in [
+            &b""[..],
+            b"s3cret",
+            b"s3cret-token!",
+            b"s3cret-tokeN",
+            b"S3cret-token",
+            b"s3cret-token\0",
+        ] {
+            assert!(!same_secret(wrong, token), "{wrong:?}");
+        }
+        assert!(!same_secret(b"x", b""));
+        assert!(same_secret(b"", b""));
+    }
 }
 
 pub(crate) async fn require_token(

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
+use toolshield_contract::config::MAX_KEYS;
 
 /// The counters every clone of a layer shares.
 #[derive(Debug, Default)]
@@ -15,6 +16,9 @@ pub(crate) struct Counters {
     pub(crate) rejected: AtomicU64,
     pub(crate) in_flight: AtomicUsize,
     pub(crate) queued: AtomicUsize,
+    /// Slots and queue places given back in keyed compartments: a full map is walked for
+    /// idle compartments only when this moved since a walk that found none.
+    released: AtomicU64,
 }
 
 /// One compartment.
@@ -23,16 +27,36 @@ pub(crate) struct Gate {
     sem: Semaphore,
     /// Calls waiting for a slot.
     waiting: AtomicUsize,
+    /// Held in a map of keys, which may evict it when idle.
+    keyed: bool,
+    max_concurrent: usize,
     counters: Arc<Counters>,
 }
 
 impl Gate {
-    fn new(max_concurrent: usize, counters: Arc<Counters>) -> Self {
+    fn new(max_concurrent: usize, keyed: bool, counters: Arc<Counters>) -> Self {
         Gate {
             sem: Semaphore::new(max_concurrent),
             waiting: AtomicUsize::new(0),
+            keyed,
+            max_concurrent,
             counters,
         }
+    }
+
+    /// Counts a slot or queue place given back, after it is: a walk of the map that
+    /// reads this count sees the compartment as its user left it.
+    fn released(&self) {
+        if self.keyed {
+            self.counters.released.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// No slot taken and nobody queued; idle unless a caller is between taking the
+    /// compartment from the map and entering it, or a user is on its way out.
+    fn unused(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) == 0
+            && self.sem.available_permits() == self.max_concurrent
     }
 
     /// A slot now, if one is free and nobody waits for it (the semaphore is FIFO and a
@@ -84,6 +108,7 @@ impl Drop for QueuePlace {
     fn drop(&mut self) {
         self.gate.waiting.fetch_sub(1, Ordering::AcqRel);
         self.gate.counters.queued.fetch_sub(1, Ordering::Relaxed);
+        self.gate.released();
     }
 }
 
@@ -111,6 +136,7 @@ impl Drop for Permit {
     fn drop(&mut self) {
         self.gate.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.gate.sem.add_permits(1);
+        self.gate.released();
     }
 }
 
@@ -132,8 +158,7 @@ pub(crate) enum Gates {
 
 #[derive(Debug)]
 pub(crate) struct KeyedGates {
-    /// `None` is the compartment of calls without a key.
-    map: Mutex<HashMap<Option<Arc<str>>, Arc<Gate>>>,
+    map: Mutex<Compartments>,
     /// The compartment every key longer than [`MAX_KEY_LEN`] shares: never in the map.
     overflow: Arc<Gate>,
     max_keys: usize,
@@ -141,28 +166,64 @@ pub(crate) struct KeyedGates {
     counters: Arc<Counters>,
 }
 
+#[derive(Debug)]
+struct Compartments {
+    /// `None` is the compartment of calls without a key.
+    map: HashMap<Option<Arc<str>>, Arc<Gate>>,
+    /// [`Counters::released`] when a walk of the full map last found no idle
+    /// compartment and none on its way to idle: until a slot or queue place is given
+    /// back, another walk would find none either, so a flood of new keys against busy
+    /// compartments costs each call one lookup, not a walk of the map.
+    walked_at: u64,
+}
+
 impl KeyedGates {
     /// The compartment of `key`, created if needed; `None` when `max_keys` compartments
     /// are held and every one of them is busy.
     pub(crate) fn gate(&self, key: Option<&str>) -> Option<Arc<Gate>> {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(g) = map.get(&key as &dyn Lookup) {
+        let mut guard = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let c = &mut *guard;
+        if let Some(g) = c.map.get(&key as &dyn Lookup) {
             return Some(Arc::clone(g));
         }
         if key.is_some_and(|k| k.len() > MAX_KEY_LEN) {
             // Limited together, never held: the map stays within `max_keys` short keys.
             return Some(Arc::clone(&self.overflow));
         }
-        if map.len() >= self.max_keys {
-            // An idle compartment is held by the map alone (every permit and queue place
-            // holds a clone): dropping it forgets nothing that matters.
-            map.retain(|_, g| Arc::strong_count(g) > 1);
-            if map.len() >= self.max_keys {
+        if c.map.len() >= self.max_keys {
+            // Read before the walk: a user found here that gives its slot back later
+            // moves the count past this value, and the next new key walks again.
+            let released = self.counters.released.load(Ordering::Acquire);
+            if released == c.walked_at {
+                return None;
+            }
+            // An idle compartment is held by the map alone (every permit, queue place
+            // and caller entering it holds a clone), and only this lock hands it out:
+            // dropping it forgets nothing that matters.
+            let mut settled = true;
+            c.map.retain(|_, g| {
+                if Arc::strong_count(g) == 1 {
+                    return false;
+                }
+                // Unused yet held: a caller entering it, or one whose slot is given
+                // back but whose clone is not dropped yet, which counts nothing when
+                // it is: the next new key walks again.
+                settled &= !g.unused();
+                true
+            });
+            if c.map.len() >= self.max_keys {
+                if settled {
+                    c.walked_at = released;
+                }
                 return None;
             }
         }
-        let gate = Arc::new(Gate::new(self.max_concurrent, Arc::clone(&self.counters)));
-        map.insert(key.map(Arc::from), Arc::clone(&gate));
+        let gate = Arc::new(Gate::new(
+            self.max_concurrent,
+            true,
+            Arc::clone(&self.counters),
+        ));
+        c.map.insert(key.map(Arc::from), Arc::clone(&gate));
         Some(gate)
     }
 
@@ -171,7 +232,7 @@ impl KeyedGates {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).map.len()
     }
 }
 
@@ -214,14 +275,17 @@ impl std::hash::Hash for dyn Lookup + '_ {
 
 impl Gates {
     pub(crate) fn one(max_concurrent: usize, counters: Arc<Counters>) -> Self {
-        Gates::One(Arc::new(Gate::new(max_concurrent, counters)))
+        Gates::One(Arc::new(Gate::new(max_concurrent, false, counters)))
     }
 
     pub(crate) fn keyed(max_concurrent: usize, max_keys: usize, counters: Arc<Counters>) -> Self {
         Gates::Keyed(KeyedGates {
-            map: Mutex::new(HashMap::new()),
-            overflow: Arc::new(Gate::new(max_concurrent, Arc::clone(&counters))),
-            max_keys: max_keys.max(1),
+            map: Mutex::new(Compartments {
+                map: HashMap::new(),
+                walked_at: u64::MAX,
+            }),
+            overflow: Arc::new(Gate::new(max_concurrent, false, Arc::clone(&counters))),
+            max_keys: max_keys.clamp(1, MAX_KEYS),
             max_concurrent,
             counters,
         })

@@ -119,14 +119,15 @@ impl<K> BulkheadLayer<K> {
     }
 
     /// One compartment per key that `key` picks (each with the full limit and queue),
-    /// holding at most `max_keys` keys (at least 1): idle keys are evicted to make room,
+    /// holding at most `max_keys` keys (from 1 to
+    /// [`MAX_KEYS`](toolshield_contract::config::MAX_KEYS)): idle keys are evicted to make room,
     /// and a new key is rejected with `OVERLOADED` while every held key is busy. Keys
     /// longer than 4 KiB are not held: they share one overflow compartment. Starts fresh
     /// compartments: call it before building services.
     #[must_use]
     pub fn keyed<K2>(self, key: K2, max_keys: usize) -> BulkheadLayer<K2> {
         BulkheadLayer {
-            shared: Shared::new(self.shared.limits, Some(max_keys.max(1))),
+            shared: Shared::new(self.shared.limits, Some(max_keys)),
             key,
         }
     }
@@ -221,5 +222,14 @@ impl BulkheadStats {
     #[must_use]
     pub fn max_concurrent(&self) -> usize {
         self.shared.limits.max_concurrent
+    }
+
+    /// The most keys held at once; `None` for a bulkhead with one compartment.
+    #[must_use]
+    pub fn max_keys(&self) -> Option<usize> {
+        match &self.shared.gates {
+            Gates::One(_) => None,
+            Gates::Keyed(k) => Some(k.max_keys()),
+        }
     }
 }
