@@ -12,6 +12,32 @@ pub struct ConfigProblem {
     pub message: String,
 }
 
+/// The most bytes of a problem's field path, and of its message, that a [`ConfigError`]
+/// keeps. Both may quote what a configuration's author wrote (an unknown key, a value, a
+/// tool name), and a configuration may come from a reload's body: a problem is one line
+/// of bounded length whatever the input. Control characters become spaces.
+pub const MAX_PROBLEM_TEXT: usize = 1024;
+
+impl ConfigProblem {
+    /// A problem at `field`, each part made one printable line of at most
+    /// [`MAX_PROBLEM_TEXT`] bytes.
+    #[must_use]
+    pub fn new(field: impl Into<String>, message: impl fmt::Display) -> Self {
+        ConfigProblem {
+            field: bounded(field.into()),
+            message: bounded(message.to_string()),
+        }
+    }
+}
+
+/// `text` as one printable line of at most [`MAX_PROBLEM_TEXT`] bytes.
+fn bounded(text: String) -> String {
+    match crate::error::printable(&text, MAX_PROBLEM_TEXT) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(line) => line,
+    }
+}
+
 impl fmt::Display for ConfigProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.field, self.message)
@@ -33,10 +59,7 @@ impl ConfigError {
     #[must_use]
     pub fn single(field: impl Into<String>, message: impl fmt::Display) -> Self {
         ConfigError {
-            problems: vec![ConfigProblem {
-                field: field.into(),
-                message: message.to_string(),
-            }],
+            problems: vec![ConfigProblem::new(field, message)],
         }
     }
 
@@ -52,11 +75,11 @@ impl ConfigError {
             return self;
         }
         for p in &mut self.problems {
-            p.field = if p.field.is_empty() {
+            p.field = bounded(if p.field.is_empty() {
                 prefix.to_owned()
             } else {
                 format!("{prefix}.{}", p.field)
-            };
+            });
         }
         self
     }
@@ -119,10 +142,7 @@ impl Problems {
 
     /// Records a problem at `field`.
     pub fn push(&mut self, field: impl Into<String>, message: impl fmt::Display) {
-        self.problems.push(ConfigProblem {
-            field: field.into(),
-            message: message.to_string(),
-        });
+        self.problems.push(ConfigProblem::new(field, message));
     }
 
     /// Records a problem at `field` when `d` is longer than [`MAX_DURATION`]: every

@@ -147,7 +147,7 @@ impl ShieldConfig {
     /// Parses TOML, applies no environment overrides, and checks everything.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
         let value: Value =
-            toml::from_str(text).map_err(|e| single("", format!("invalid TOML: {e}")))?;
+            toml::from_str(text).map_err(|e| single("", toml_problem(text, &e, "")))?;
         Self::from_value(value)
     }
 
@@ -176,8 +176,10 @@ impl ShieldConfig {
             json_duplicates(&text, &mut p);
             value
         } else {
-            toml::from_str(&text)
-                .map_err(|e| single("", format!("invalid TOML in {}: {e}", path.display())))?
+            toml::from_str(&text).map_err(|e| {
+                let file = format!(" in {}", path.display());
+                single("", toml_problem(&text, &e, &file))
+            })?
         };
         apply_env(&mut value, std::env::vars_os().map(lossy), &mut p);
         Self::build(value, p)
@@ -313,6 +315,34 @@ fn tool_name_problem(name: &str) -> Option<(String, String)> {
     }
     let why = reserved_name(name)?;
     Some((format!("tools.{name}"), why.to_owned()))
+}
+
+/// The most bytes of a parser's message shown in a problem.
+const MAX_PARSER_MESSAGE: usize = 256;
+
+/// A TOML parse error as a bounded problem: where it is (line and column, counted in
+/// characters from 1) and the parser's message cut to [`MAX_PARSER_MESSAGE`] bytes. The
+/// parser's own rendering repeats the offending line whole, and a line may be as long
+/// as the document (a reload's body included).
+fn toml_problem(text: &str, e: &toml::de::Error, file: &str) -> String {
+    let at = e
+        .span()
+        .map(|span| {
+            let before = &text.as_bytes()[..span.start.min(text.len())];
+            let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+            let line_start = before
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            let column = String::from_utf8_lossy(&before[line_start..])
+                .chars()
+                .count()
+                + 1;
+            format!(" at line {line}, column {column}")
+        })
+        .unwrap_or_default();
+    let message = toolshield_core::printable(e.message().trim(), MAX_PARSER_MESSAGE);
+    format!("invalid TOML{file}{at}: {message}")
 }
 
 /// `name` quoted for a problem's message, escapes shown, cut to
