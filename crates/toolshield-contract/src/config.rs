@@ -52,7 +52,14 @@ impl fmt::Display for ConfigProblem {
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     problems: Vec<ConfigProblem>,
+    /// Problems found past [`MAX_PROBLEMS`], counted, not kept.
+    unlisted: usize,
 }
+
+/// The most problems a [`ConfigError`] lists; it counts the rest. A configuration may
+/// come from a reload's body, and one with a million unknown keys must not answer with a
+/// million lines.
+pub const MAX_PROBLEMS: usize = 1000;
 
 impl ConfigError {
     /// An error with one problem.
@@ -60,12 +67,19 @@ impl ConfigError {
     pub fn single(field: impl Into<String>, message: impl fmt::Display) -> Self {
         ConfigError {
             problems: vec![ConfigProblem::new(field, message)],
+            unlisted: 0,
         }
     }
 
-    /// The problems, in the order they were found.
+    /// The problems, in the order they were found: the first [`MAX_PROBLEMS`].
     pub fn problems(&self) -> &[ConfigProblem] {
         &self.problems
+    }
+
+    /// How many problems were found beyond the [`MAX_PROBLEMS`] listed.
+    #[must_use]
+    pub fn unlisted(&self) -> usize {
+        self.unlisted
     }
 
     /// Prefixes every field path with `prefix.` (to nest a layer's config in a larger one).
@@ -87,7 +101,7 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.problems.len();
+        let n = self.problems.len().saturating_add(self.unlisted);
         write!(
             f,
             "invalid configuration: {n} problem{}",
@@ -95,6 +109,9 @@ impl fmt::Display for ConfigError {
         )?;
         for p in &self.problems {
             write!(f, "\n  - {p}")?;
+        }
+        if self.unlisted > 0 {
+            write!(f, "\n  - and {} more, not listed", self.unlisted)?;
         }
         Ok(())
     }
@@ -124,6 +141,8 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, Default)]
 pub struct Problems {
     problems: Vec<ConfigProblem>,
+    /// Found past [`MAX_PROBLEMS`]: counted, not kept.
+    unlisted: usize,
 }
 
 impl Problems {
@@ -142,7 +161,11 @@ impl Problems {
 
     /// Records a problem at `field`.
     pub fn push(&mut self, field: impl Into<String>, message: impl fmt::Display) {
-        self.problems.push(ConfigProblem::new(field, message));
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(ConfigProblem::new(field, message));
+        } else {
+            self.unlisted = self.unlisted.saturating_add(1);
+        }
     }
 
     /// Records a problem at `field` when `d` is longer than [`MAX_DURATION`]: every
@@ -178,7 +201,14 @@ impl Problems {
     /// Adds the problems of a nested config under `prefix`.
     pub fn extend(&mut self, prefix: &str, nested: Result<(), ConfigError>) {
         if let Err(e) = nested {
-            self.problems.extend(e.prefixed(prefix).problems);
+            let e = e.prefixed(prefix);
+            let room = MAX_PROBLEMS.saturating_sub(self.problems.len());
+            let past = e.problems.len().saturating_sub(room);
+            self.problems.extend(e.problems.into_iter().take(room));
+            self.unlisted = self
+                .unlisted
+                .saturating_add(past)
+                .saturating_add(e.unlisted);
         }
     }
 
@@ -194,6 +224,7 @@ impl Problems {
         } else {
             Err(ConfigError {
                 problems: self.problems,
+                unlisted: self.unlisted,
             })
         }
     }

@@ -189,7 +189,7 @@ pub const MAX_TOOL_NAME_SHOWN: usize = 128;
 /// or paragraph separator, a bidirectional control (which reorders the text around it on
 /// screen, as in CVE-2021-42574), an invisible space or word joiner, or a tag character
 /// (U+E0000 to U+E007F: invisible, yet read by models as the ASCII they mirror).
-fn breaks_a_line(c: char) -> bool {
+pub fn breaks_a_line(c: char) -> bool {
     c.is_control()
         || matches!(
             c,

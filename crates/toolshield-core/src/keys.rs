@@ -78,8 +78,11 @@ pub fn storage_key(namespace: &str, tool: &str, scope: Option<&str>, key: &str) 
 }
 
 /// Why a tool name is refused, or `None` when it is acceptable: not blank, at most
-/// [`MAX_TOOL_NAME_LEN`] bytes, no braces (they delimit the Redis hash tag), no control
-/// characters and no surrounding whitespace.
+/// [`MAX_TOOL_NAME_LEN`] bytes, no braces (they delimit the Redis hash tag), none of the
+/// characters [`breaks_a_line`](crate::breaks_a_line) names (control characters, line
+/// separators, bidirectional controls, invisible spaces, tag characters: a name shows in
+/// logs, metrics, admin answers and texts for a model, and must read there as it is) and
+/// no surrounding whitespace.
 ///
 /// ```
 /// use toolshield_core::keys::check_tool_name;
@@ -87,6 +90,7 @@ pub fn storage_key(namespace: &str, tool: &str, scope: Option<&str>, key: &str) 
 /// assert!(check_tool_name("get_weather").is_none());
 /// assert!(check_tool_name("a}:b").is_some());
 /// assert!(check_tool_name("line\nbreak").is_some());
+/// assert!(check_tool_name("pay\u{202e}tnemyap").is_some());
 /// ```
 pub fn check_tool_name(name: &str) -> Option<String> {
     if name.trim().is_empty() {
@@ -103,10 +107,11 @@ pub fn check_tool_name(name: &str) -> Option<String> {
     }
     if let Some(c) = name
         .chars()
-        .find(|c| matches!(c, '{' | '}') || c.is_control())
+        .find(|&c| matches!(c, '{' | '}') || crate::breaks_a_line(c))
     {
         return Some(format!(
-            "a tool name must not contain {c:?} (braces and control characters are reserved)"
+            "a tool name must not contain {c:?} (braces, control characters and characters \
+             that break a line or reorder or hide text are reserved)"
         ));
     }
     None

@@ -7,7 +7,7 @@ use toolshield_store::LayerState;
 use toolshield_core::{ToolError, ToolRequest};
 
 use crate::config::IdempotencyConfig;
-use crate::key::{resolve, storage_key};
+use crate::key::{check_key_parts, resolve, storage_key};
 use crate::store::{IdempotencyRecord, IdempotencyStore};
 
 toolshield_store::counters! {
@@ -70,9 +70,12 @@ impl IdempotencyHandle {
     /// The storage key of a given `key` of `tool`, for `caller` (or for calls without a
     /// caller) as the layer's caller scoping says; whitespace around the key is not part
     /// of it, as for the layer.
-    fn given_key(&self, tool: &str, caller: Option<&str>, key: &str) -> String {
+    /// Names too long to be part of a storage key are `INVALID_INPUT`, as for the layer:
+    /// nothing is sent to the store.
+    fn given_key(&self, tool: &str, caller: Option<&str>, key: &str) -> Result<String, ToolError> {
         let caller = caller.filter(|_| self.0.state().config.scope_keys_by_caller);
-        storage_key(tool, caller, key)
+        check_key_parts(tool, caller, Some(key.trim()))?;
+        Ok(storage_key(tool, caller, key))
     }
 
     /// The record of the given idempotency `key` of `tool`, sent by `caller` (`None` for
@@ -84,7 +87,7 @@ impl IdempotencyHandle {
         caller: Option<&str>,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, ToolError> {
-        let skey = self.given_key(tool, caller, key);
+        let skey = self.given_key(tool, caller, key)?;
         Ok(self.0.state().store.get(&skey).await?)
     }
 
@@ -108,7 +111,7 @@ impl IdempotencyHandle {
         caller: Option<&str>,
         key: &str,
     ) -> Result<bool, ToolError> {
-        let skey = self.given_key(tool, caller, key);
+        let skey = self.given_key(tool, caller, key)?;
         Ok(self.0.state().store.remove(&skey).await?)
     }
 

@@ -77,6 +77,36 @@ pub fn derive_key(req: &ToolRequest, window: Duration) -> Result<String, ToolErr
 /// so a caller cannot make records (and Redis keys) of any size.
 pub const MAX_KEY_LEN: usize = 255;
 
+/// The longest caller id a record is scoped to: a longer one is `INVALID_INPUT` (when
+/// keys are scoped by caller, the caller is part of the storage key), so a caller cannot
+/// make Redis keys of any size. The budget's bound on run and caller ids is the same.
+pub const MAX_CALLER_LEN: usize = 512;
+
+/// Refuses, before any store is asked, a tool name, caller scope or key too long to be
+/// part of a storage key. The message gives sizes, never the names.
+pub(crate) fn check_key_parts(
+    tool: &str,
+    scope: Option<&str>,
+    key: Option<&str>,
+) -> Result<(), ToolError> {
+    use toolshield_core::keys::MAX_TOOL_NAME_LEN;
+    let too_long = |what: &str, max: usize, len: usize| {
+        Err(ToolError::invalid_input(format!(
+            "{what} is at most {max} bytes (got {len})"
+        )))
+    };
+    if tool.len() > MAX_TOOL_NAME_LEN {
+        return too_long("a tool name", MAX_TOOL_NAME_LEN, tool.len());
+    }
+    if let Some(scope) = scope.filter(|s| s.len() > MAX_CALLER_LEN) {
+        return too_long("a caller id", MAX_CALLER_LEN, scope.len());
+    }
+    if let Some(key) = key.filter(|k| k.len() > MAX_KEY_LEN) {
+        return too_long("an idempotency key", MAX_KEY_LEN, key.len());
+    }
+    Ok(())
+}
+
 /// How a request's key was resolved: borrowed from the request, except a derived key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ResolvedKey<'a> {
@@ -116,11 +146,11 @@ pub(crate) fn resolve(
         None
     };
     // A blank key is no key: it would make every keyless call of a tool one record.
-    match idempotency_key_of(req) {
-        Some(given) if given.len() > MAX_KEY_LEN => Err(ToolError::invalid_input(format!(
-            "an idempotency key is at most {MAX_KEY_LEN} bytes (got {})",
-            given.len()
-        ))),
+    let given = idempotency_key_of(req);
+    if given.is_some() || derive {
+        check_key_parts(req.tool(), scope, given)?;
+    }
+    match given {
         Some(given) => Ok(Some(ResolvedKey {
             key: Cow::Borrowed(given),
             scope,

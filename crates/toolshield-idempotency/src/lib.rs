@@ -45,7 +45,7 @@ pub mod testing;
 pub use config::{IdempotencyConfig, OnPending, OnStoreError};
 pub use future::ResponseFuture;
 pub use handle::{IdempotencyCounts, IdempotencyHandle};
-pub use key::{derive_key, storage_key, MAX_KEY_LEN};
+pub use key::{derive_key, storage_key, MAX_CALLER_LEN, MAX_KEY_LEN};
 pub use layer::IdempotencyLayer;
 pub use memory::{record_weight, InMemoryIdempotencyStore};
 pub use service::Idempotency;

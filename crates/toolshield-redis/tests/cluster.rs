@@ -598,8 +598,9 @@ async fn breaker_openings_reach_a_process_subscribed_on_another_node_even_after_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn names_with_braces_colons_line_breaks_or_10_kb_keep_one_slot_and_their_own_records() {
-    let test = "names_with_braces_colons_line_breaks_or_10_kb_keep_one_slot_and_their_own_records";
+async fn names_with_braces_colons_or_line_breaks_keep_one_slot_and_their_own_records_and_10_kb_ones_are_refused(
+) {
+    let test = "names_with_braces_colons_or_line_breaks_keep_one_slot_and_their_own_records_and_10_kb_ones_are_refused";
     let Some(cluster) = private_cluster(test, ClusterOptions::default()) else {
         return;
     };
@@ -607,6 +608,8 @@ async fn names_with_braces_colons_line_breaks_or_10_kb_keep_one_slot_and_their_o
     let prefix = conn.config().key_prefix.clone();
     let long = "x".repeat(10 * 1024);
     let long_braced = format!("{{{}}}", "y".repeat(10 * 1024));
+    // Within every bound (tool name, caller, key): accepted.
+    let braced_at_bound = format!("{{{}}}", "z".repeat(200));
     let names: Vec<&str> = vec![
         "{",
         "}",
@@ -619,6 +622,7 @@ async fn names_with_braces_colons_line_breaks_or_10_kb_keep_one_slot_and_their_o
         ":",
         &long,
         &long_braced,
+        &braced_at_bound,
     ];
     let runs = Arc::new(AtomicUsize::new(0));
     let tool = service_fn_echo(Arc::clone(&runs));
@@ -641,13 +645,13 @@ async fn names_with_braces_colons_line_breaks_or_10_kb_keep_one_slot_and_their_o
                 .caller(caller.as_str())
                 .idempotency_key(key.as_str())
         };
-        if key.len() > 255 {
-            // An idempotency key has a documented bound: refused, nothing runs.
+        if too_long(tool, caller, key) {
+            // A key, a caller and a tool name each have a bound: refused, nothing runs.
             let refused = svc
                 .clone()
                 .oneshot(req())
                 .await
-                .expect_err("too long a key");
+                .expect_err("too long a name");
             assert_eq!(
                 refused.kind(),
                 ErrorKind::InvalidInput,
@@ -682,8 +686,19 @@ async fn names_with_braces_colons_line_breaks_or_10_kb_keep_one_slot_and_their_o
             "call {n}: record and marker in one slot"
         );
     }
-    let admitted = calls.iter().filter(|(_, _, key)| key.len() <= 255).count();
+    let admitted = calls
+        .iter()
+        .filter(|(tool, caller, key)| !too_long(tool, caller, key))
+        .count();
+    assert!(admitted < calls.len() && admitted > 0);
     assert_eq!(runs.load(Ordering::SeqCst), admitted, "each call ran once");
+}
+
+/// Whether a call names a tool, a caller or a key past its bound.
+fn too_long(tool: &str, caller: &str, key: &str) -> bool {
+    tool.len() > toolshield_core::keys::MAX_TOOL_NAME_LEN
+        || caller.len() > toolshield_idempotency::MAX_CALLER_LEN
+        || key.len() > toolshield_idempotency::MAX_KEY_LEN
 }
 
 /// A tool that counts its runs and answers with its payload.

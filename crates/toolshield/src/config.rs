@@ -146,9 +146,9 @@ const SECTIONS: [&str; 12] = [
 impl ShieldConfig {
     /// Parses TOML, applies no environment overrides, and checks everything.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let value: Value =
-            toml::from_str(text).map_err(|e| single("", toml_problem(text, &e, "")))?;
-        Self::from_value(value)
+        let mut p = Problems::new();
+        let value = parse_toml(text, "", &mut p)?;
+        Self::build(value, p)
     }
 
     /// Parses JSON, applies no environment overrides, and checks everything.
@@ -176,10 +176,7 @@ impl ShieldConfig {
             json_duplicates(&text, &mut p);
             value
         } else {
-            toml::from_str(&text).map_err(|e| {
-                let file = format!(" in {}", path.display());
-                single("", toml_problem(&text, &e, &file))
-            })?
+            parse_toml(&text, &format!(" in {}", path.display()), &mut p)?
         };
         apply_env(&mut value, std::env::vars_os().map(lossy), &mut p);
         Self::build(value, p)
@@ -315,6 +312,57 @@ fn tool_name_problem(name: &str) -> Option<(String, String)> {
     }
     let why = reserved_name(name)?;
     Some((format!("tools.{name}"), why.to_owned()))
+}
+
+/// Parses a TOML document into the JSON value the sections are read from. A float that
+/// is not finite (`nan`, `inf`, `-inf`), which JSON cannot hold and the conversion would
+/// turn into `null` (read as "off" by an optional setting), is a problem at its path and
+/// taken out, as a field that does not parse is.
+fn parse_toml(text: &str, file: &str, p: &mut Problems) -> Result<Value, ConfigError> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| single("", toml_problem(text, &e, file)))?;
+    let mut value: Value =
+        toml::from_str(text).map_err(|e| single("", toml_problem(text, &e, file)))?;
+    non_finite_floats(&toml::Value::Table(table), &mut value, "", p);
+    Ok(value)
+}
+
+fn non_finite_floats(toml: &toml::Value, json: &mut Value, path: &str, p: &mut Problems) {
+    let at = |key: &dyn std::fmt::Display| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    let refused = |v: &toml::Value, here: &str, p: &mut Problems| match v {
+        toml::Value::Float(f) if !f.is_finite() => {
+            p.push(here, format_args!("must be a finite number, got {f}"));
+            true
+        }
+        _ => false,
+    };
+    match (toml, json) {
+        (toml::Value::Table(t), Value::Object(m)) => {
+            for (k, v) in t {
+                let here = at(k);
+                if refused(v, &here, p) {
+                    m.remove(k);
+                } else if let Some(j) = m.get_mut(k) {
+                    non_finite_floats(v, j, &here, p);
+                }
+            }
+        }
+        (toml::Value::Array(a), Value::Array(js)) => {
+            for (i, (v, j)) in a.iter().zip(js.iter_mut()).enumerate() {
+                let here = format!("{path}[{i}]");
+                if !refused(v, &here, p) {
+                    non_finite_floats(v, j, &here, p);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The most bytes of a parser's message shown in a problem.

@@ -163,3 +163,47 @@ fn a_file_with_a_long_bad_line_is_refused_in_bounded_lines() {
         "{message}"
     );
 }
+
+#[test]
+fn hundreds_of_thousands_of_problems_list_the_first_thousand_and_count_the_rest() {
+    use toolshield_core::config::MAX_PROBLEMS;
+    let n = 200_000;
+    let doc: String = (0..n).map(|i| format!("unknown{i} = 1\n")).collect();
+    let err = ShieldConfig::from_toml_str(&doc).unwrap_err();
+    assert_eq!(err.problems().len(), MAX_PROBLEMS);
+    assert_eq!(
+        err.problems().len() + err.unlisted(),
+        n,
+        "every problem counted"
+    );
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("invalid configuration: {n} problems")),
+        "{}",
+        &shown[..80]
+    );
+    assert!(shown.ends_with(&format!("and {} more, not listed", n - MAX_PROBLEMS)));
+    assert!(shown.len() < 100_000, "{} bytes", shown.len());
+
+    let doc: String = (0..20_000)
+        .map(|i| format!("[tools.t{i}]\nbogus = 1\n"))
+        .collect();
+    let err = ShieldConfig::from_toml_str(&doc).unwrap_err();
+    assert_eq!(err.problems().len(), MAX_PROBLEMS);
+    assert!(err.unlisted() >= 19_000, "{}", err.unlisted());
+}
+
+#[test]
+fn a_tool_name_that_reorders_or_hides_text_is_refused() {
+    for name in [
+        "a\\u202Eb",
+        "a\\u2028b",
+        "a\\u200Bb",
+        "a\\uFEFFb",
+        "a\\U000E0041b",
+    ] {
+        let doc = format!("[tools.\"{name}\"]\n");
+        let err = refused_toml(name, &doc);
+        assert_eq!(err.problems()[0].field, "tools", "{err}");
+    }
+}
