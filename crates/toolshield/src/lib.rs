@@ -7,13 +7,18 @@ use tower::layer::util::Stack;
 use tower::ServiceBuilder;
 
 pub use toolshield_breaker as breaker;
+pub use toolshield_budget as budget;
+pub use toolshield_bulkhead as bulkhead;
 pub use toolshield_cache as cache;
 pub use toolshield_cancel as cancel;
+pub use toolshield_chaos as chaos;
 pub use toolshield_core as core;
 pub use toolshield_fallback as fallback;
+pub use toolshield_hedge as hedge;
 pub use toolshield_idempotency as idempotency;
 pub use toolshield_metrics as metrics;
 pub use toolshield_provenance as provenance;
+pub use toolshield_ratelimit as ratelimit;
 pub use toolshield_retry as retry;
 pub use toolshield_timeout as timeout;
 pub use toolshield_validate as validate;
