@@ -12,7 +12,8 @@ use toolshield_contract::config::{Problems, MAX_DURATION};
 /// Implementations must never panic: whatever the numbers, return a duration.
 pub trait Backoff: Send + Sync {
     /// The wait before retry number `retry` (1 for the wait before the second attempt),
-    /// given the previous wait (zero before the first retry) and a random source.
+    /// given the backoff's previous delay (zero before the first retry; a wait a peer asked
+    /// for with `Retry-After` is not one) and a random source.
     fn wait(&self, retry: u32, previous: Duration, rng: &mut fastrand::Rng) -> Duration;
 }
 

@@ -38,7 +38,9 @@ pin_project! {
         request: Option<Req>,
         shared: Arc<Shared<P, S>>,
         attempt: u32,
-        previous_wait: Duration,
+        // The backoff's last delay (decorrelated jitter grows from it), zero before the
+        // first: a wait a peer asked for (`Retry-After`) is not one.
+        previous_backoff: Duration,
         // Why the attempt that just ended failed, for the next attempt's request.
         reason: Option<ErrorKind>,
         // Cancels the attempt token this future created if it is dropped mid-attempt;
@@ -100,7 +102,7 @@ where
             request,
             shared,
             attempt: 1,
-            previous_wait: Duration::ZERO,
+            previous_backoff: Duration::ZERO,
             reason: None,
             guard: None,
             token: None,
@@ -131,8 +133,10 @@ enum Next {
     Done,
     /// Return `CANCELLED`: the caller gave up.
     Cancelled,
-    /// Try again after this wait; the attempt failed with this kind.
-    Retry(Duration, ErrorKind),
+    /// Try again after this wait; the attempt failed with this kind. The last field is
+    /// the backoff's own delay to remember for the next one (decorrelated jitter grows
+    /// from it): a `Retry-After` or rate-limit wait does not replace it, as in Polly.
+    Retry(Duration, ErrorKind, Duration),
 }
 
 #[inline]
@@ -166,7 +170,7 @@ fn decide<Req, Res, P, S>(
     shared: &Shared<P, S>,
     request: Option<&Req>,
     attempt: u32,
-    previous_wait: Duration,
+    previous_backoff: Duration,
     result: &Result<Res, ToolError>,
 ) -> Next
 where
@@ -175,7 +179,7 @@ where
 {
     match shared.classifier.classify(result) {
         Outcome::Failure(failure) if failure.retriable => {
-            plan_retry(shared, request, attempt, previous_wait, failure)
+            plan_retry(shared, request, attempt, previous_backoff, failure)
         }
         _ => Next::Done,
     }
@@ -205,7 +209,7 @@ fn plan_retry<Req, P, S>(
     shared: &Shared<P, S>,
     request: Option<&Req>,
     attempt: u32,
-    previous_wait: Duration,
+    previous_backoff: Duration,
     failure: Failure,
 ) -> Next
 where
@@ -237,6 +241,7 @@ where
     {
         return Next::Cancelled;
     }
+    let mut backoff = previous_backoff;
     let wait = match (failure.retry_after, failure.kind) {
         // A peer asking for a longer wait than we park a call for: the caller (and the
         // model, through `for_model`) gets the error with its `retry_after` at once.
@@ -252,9 +257,12 @@ where
         }
         (Some(wait), _) => wait,
         (None, ErrorKind::RateLimited) => shared.rate_limit_backoff,
-        (None, _) => shared
-            .backoff
-            .wait(attempt, previous_wait, &mut fastrand::Rng::new()),
+        (None, _) => {
+            backoff = shared
+                .backoff
+                .wait(attempt, previous_backoff, &mut fastrand::Rng::new());
+            backoff
+        }
     };
     // A peer's Retry-After or a custom backoff may be anything: never wait longer than
     // any configured duration may be.
@@ -297,7 +305,7 @@ where
         code = failure.kind.code(),
         "retrying tool call"
     );
-    Next::Retry(wait, failure.kind)
+    Next::Retry(wait, failure.kind, backoff)
 }
 
 impl<S, Req, Res, P> Future for ResponseFuture<S, Req, P>
@@ -324,17 +332,17 @@ where
                         this.shared,
                         this.request.as_ref(),
                         attempt,
-                        *this.previous_wait,
+                        *this.previous_backoff,
                         &result,
                     );
                     match next {
                         Next::Done => return Poll::Ready(finish(result, attempt)),
                         Next::Cancelled => return Poll::Ready(Err(cancelled_error(attempt))),
-                        Next::Retry(wait, kind) => {
+                        Next::Retry(wait, kind, backoff) => {
                             *this.token = this.shared.budget.clone().map(|budget| BudgetToken {
                                 budget: Some(budget),
                             });
-                            *this.previous_wait = wait;
+                            *this.previous_backoff = backoff;
                             *this.reason = Some(kind);
                             if this.cancelled.is_none() {
                                 let token = this
