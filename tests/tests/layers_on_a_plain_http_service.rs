@@ -641,3 +641,50 @@ async fn tower_timeout_outside_the_layers_boxes_their_errors_for_downcast() {
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
+
+/// A client's own error type, as hyper's or a database driver's is: defined in another
+/// crate, so no `From<DriverError> for ToolError` can be written by the user.
+#[derive(Debug)]
+struct DriverError(std::io::Error);
+
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "client error: {}", self.0)
+    }
+}
+
+impl std::error::Error for DriverError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_service_failing_with_a_foreign_error_type_takes_every_layer_without_map_err() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&calls);
+    let client = service_fn(move |_req: Req| {
+        let n = counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                Err(DriverError(std::io::Error::from(
+                    std::io::ErrorKind::ConnectionReset,
+                )))
+            } else {
+                Ok(status(200))
+            }
+        }
+    });
+    let svc = ServiceBuilder::new()
+        .layer(CancelLayer::new())
+        .layer(RetryLayer::new(3).without_budget())
+        .layer(BreakerLayer::new(
+            toolshield_breaker::BreakerRegistry::default(),
+        ))
+        .layer(TimeoutLayer::new(Duration::from_secs(1)))
+        .service(client);
+    // The reset, found down the foreign error's sources, is CONNECTION_FAILED: retried.
+    let res = svc.oneshot(get("http://tool.test/a")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}

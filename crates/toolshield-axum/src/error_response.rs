@@ -9,6 +9,7 @@ use std::task::{ready, Context, Poll};
 
 use axum::response::{IntoResponse, Response};
 use pin_project_lite::pin_project;
+use toolshield_core::IntoToolError;
 use toolshield_core::ToolError;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -140,7 +141,7 @@ impl<S, Req> Service<Req> for ToolErrorResponse<S>
 where
     S: Service<Req>,
     S::Response: IntoResponse,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
 {
     type Response = Response;
     type Error = Infallible;
@@ -149,7 +150,7 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         if self.not_ready.is_none() {
             if let Err(e) = ready!(self.inner.poll_ready(cx)) {
-                self.not_ready = Some(e.into());
+                self.not_ready = Some(e.into_tool_error());
             }
         }
         Poll::Ready(Ok(()))
@@ -196,7 +197,7 @@ impl<F, R, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<R, E>>,
     R: IntoResponse,
-    E: Into<ToolError>,
+    E: IntoToolError,
 {
     type Output = Result<Response, Infallible>;
 
@@ -204,7 +205,7 @@ where
         let response = match self.project().state.project() {
             StateProj::Called { future } => match ready!(future.poll(cx)) {
                 Ok(response) => response.into_response(),
-                Err(e) => error_response(&e.into()),
+                Err(e) => error_response(&e.into_tool_error()),
             },
             // Polled again after it finished: a contract breach by the caller, answered
             // rather than panicking on the request path.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{Classify, Outcome, ShieldResponse, ToolError};
 
 use crate::registry::BreakerRegistry;
@@ -254,7 +255,7 @@ impl<F, C> ResponseFuture<F, C> {
 impl<F, C, Res, E> Future for ResponseFuture<F, C>
 where
     F: Future<Output = Result<Res, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
     C: Classify<Res>,
     Res: ShieldResponse,
 {
@@ -267,7 +268,7 @@ where
             KindProj::Called { fut, guard } => (fut, guard),
             KindProj::Rejected { error } => return Poll::Ready(Err(take_rejection(error))),
         };
-        let result = ready!(fut.poll(cx)).map_err(Into::into);
+        let result = ready!(fut.poll(cx)).map_err(IntoToolError::into_tool_error);
         // Recorded once: a guard already finished ignores a second outcome.
         if guard.is_pending() {
             let outcome = this.classifier.classify(&result);

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{
     printable, Classify, DefaultClassifier, ErrorKind, ShieldRequest, ShieldResponse, ToolError,
     MAX_TOOL_NAME_SHOWN,
@@ -112,7 +113,7 @@ fn rejection(key: &str, state: CircuitState, retry_after: Option<Duration>) -> T
 impl<S, K, C, Req> Service<Req> for Breaker<S, K, C>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest,
     K: KeyFn<Req>,
@@ -123,7 +124,9 @@ where
     type Future = ResponseFuture<S::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]

@@ -1,6 +1,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{ShieldRequest, ToolError};
 use toolshield_store::{take_ready, LayerFuture};
 use tower_service::Service;
@@ -84,7 +85,7 @@ impl<S, Req> Service<Req> for Budget<S>
 where
     Req: ShieldRequest + Send + 'static,
     S: Service<Req> + Clone + Send + 'static,
-    S::Error: Into<ToolError> + Send,
+    S::Error: IntoToolError + Send,
     S::Future: Send + 'static,
     S::Response: Send + 'static,
 {
@@ -94,7 +95,9 @@ where
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline]
@@ -110,7 +113,10 @@ where
                     // Dropped while the store answers: the charge may or may not have been
                     // applied, and the call never runs.
                     ledger.admit_in_store(&tool, &key).await?;
-                    inner.call(req).await.map_err(Into::into)
+                    inner
+                        .call(req)
+                        .await
+                        .map_err(IntoToolError::into_tool_error)
                 }))
             }
         }

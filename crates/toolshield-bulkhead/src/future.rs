@@ -8,6 +8,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use toolshield_contract::time;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{ErrorKind, ShieldRequest, ToolError};
 use tower_service::Service;
 
@@ -119,7 +120,7 @@ impl<F, S, Req, E> Future for ResponseFuture<F, S, Req>
 where
     S: Service<Req, Future = F>,
     F: Future<Output = Result<S::Response, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
     Req: ShieldRequest,
 {
     type Output = Result<S::Response, ToolError>;
@@ -132,7 +133,7 @@ where
                     let out = std::task::ready!(fut.poll(cx));
                     // Frees the slot now, not when the caller drops this future.
                     this.state.set(State::Done);
-                    return Poll::Ready(out.map_err(Into::into));
+                    return Poll::Ready(out.map_err(IntoToolError::into_tool_error));
                 }
                 StateProj::Queued {
                     wait,

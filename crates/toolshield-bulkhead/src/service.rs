@@ -5,6 +5,7 @@ use std::task::{Context, Poll, Waker};
 use tokio_util::sync::CancellationToken;
 use toolshield_contract::config::deadline_after;
 use toolshield_contract::time;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{CallState, ErrorKind, ShieldRequest, ToolError};
 use tower_service::Service;
 
@@ -157,7 +158,7 @@ impl<S, K> Bulkhead<S, K> {
 impl<S, K, Req> Service<Req> for Bulkhead<S, K>
 where
     S: Service<Req> + Clone,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     K: KeyFn<Req>,
     Req: ShieldRequest,
 {
@@ -166,7 +167,9 @@ where
     type Future = ResponseFuture<S::Future, S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {

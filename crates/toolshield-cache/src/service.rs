@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use toolshield_core::config::deadline_after;
 use toolshield_core::keys;
 use toolshield_core::time;
+use toolshield_core::IntoToolError;
 use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
@@ -79,7 +80,7 @@ impl StorePath<ToolRequest> for CacheLayer {
     fn call<S>(&self, inner: &mut S, req: ToolRequest) -> ResponseFuture<S::Future>
     where
         S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
-        S::Error: Into<ToolError> + Send,
+        S::Error: IntoToolError + Send,
         S::Future: Send + 'static,
     {
         if !req.call_kind().is_cacheable() {
@@ -162,7 +163,7 @@ fn run<S>(
 ) -> impl Future<Output = Result<ToolResponse, ToolError>>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
 {
     async move {
         let mut first = true;
@@ -276,7 +277,7 @@ fn lead<F, E>(
 ) -> impl Future<Output = Result<ToolResponse, ToolError>>
 where
     F: Future<Output = Result<ToolResponse, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
 {
     settle(leader, called, key, policy, None, deadline)
 }
@@ -299,14 +300,14 @@ fn settle<F, E, R, K>(
 ) -> impl Future<Output = Result<ToolResponse, ToolError>>
 where
     F: Future<Output = Result<ToolResponse, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
     R: HoldsShared,
     K: AsRef<str>,
 {
     async move {
         let shared = leader.holder().shared();
         shared.counters.misses.bump();
-        let mut result = called.await.map_err(Into::into);
+        let mut result = called.await.map_err(IntoToolError::into_tool_error);
         if let Ok(resp) = &mut result {
             if resp.provenance.fetched_at.is_none() {
                 resp.provenance.fetched_at = Some(toolshield_core::utc_at(time::now()));

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio_util::sync::WaitForCancellationFutureOwned;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{CallTokens, ErrorKind, ToolError};
 
 fn cancelled_error(before: bool) -> ToolError {
@@ -102,7 +103,7 @@ impl<F> std::fmt::Debug for ResponseFuture<F> {
 impl<F, Res, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Res, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
 {
     type Output = Result<Res, ToolError>;
 
@@ -119,7 +120,7 @@ where
                 // doing (a tool that gave up when its token fired): it ends `CANCELLED`,
                 // the tool's error kept as the source.
                 if let Poll::Ready(result) = inner.poll(cx) {
-                    result.map_err(|e| cancelled_failure(e.into(), tokens))
+                    result.map_err(|e| cancelled_failure(e.into_tool_error(), tokens))
                 } else {
                     if let WaiterProj::Idle = waiter.as_mut().project() {
                         waiter.set(Waiter::Waiting {
@@ -137,7 +138,7 @@ where
                 }
             }
             StateProj::Plain { inner } => match inner.poll(cx) {
-                Poll::Ready(result) => result.map_err(Into::into),
+                Poll::Ready(result) => result.map_err(IntoToolError::into_tool_error),
                 Poll::Pending => return Poll::Pending,
             },
             StateProj::Rejected => Err(cancelled_error(true)),

@@ -2,6 +2,7 @@
 
 use std::task::{Context, Poll};
 
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{ShieldRequest, ToolError};
 use tower_service::Service;
 
@@ -39,7 +40,7 @@ impl<S> Cancel<S> {
 impl<S, Req> Service<Req> for Cancel<S>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     Req: ShieldRequest,
 {
     type Response = S::Response;
@@ -47,7 +48,9 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]

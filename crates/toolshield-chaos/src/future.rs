@@ -7,6 +7,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use toolshield_contract::config::deadline_after;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{time, ToolError};
 use tower_service::Service;
 
@@ -117,7 +118,7 @@ where
 impl<S, Req> Future for ResponseFuture<S, Req>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
 {
     type Output = Result<S::Response, ToolError>;
 
@@ -126,7 +127,7 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Calling { fut } => {
-                    return fut.poll(cx).map_err(Into::into);
+                    return fut.poll(cx).map_err(IntoToolError::into_tool_error);
                 }
                 StateProj::Delaying {
                     sleep,

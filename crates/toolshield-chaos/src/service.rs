@@ -1,6 +1,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
@@ -72,7 +73,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Chaos<S> {
 impl<S, Req> Service<Req> for Chaos<S>
 where
     S: Service<Req> + Clone,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest,
 {
@@ -81,7 +82,9 @@ where
     type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {

@@ -539,12 +539,20 @@ impl ToolError {
     /// | a `std::io::Error` | by its kind: refused, reset, aborted, broken pipe `CONNECTION_FAILED`, timed out `TIMEOUT`, ... |
     /// | anything else | `EXECUTION_FAILED` |
     ///
-    /// The error is kept as the source. To classify your own errors differently, convert
-    /// them before they reach a layer (`From<YourError> for ToolError`, or tower's
-    /// `MapErr` innermost).
+    /// The error is kept as the source. To classify your own errors differently, turn
+    /// them into a `ToolError` before they reach a layer (tower's `MapErr` innermost):
+    /// the layers take an inner error through [`IntoToolError`], which comes here for
+    /// anything but a `ToolError`.
     pub fn from_boxed(error: crate::BoxError) -> ToolError {
         let error = match error.downcast::<ToolError>() {
             Ok(tool_error) => return *tool_error,
+            Err(error) => error,
+        };
+        // A serde_json error has its own conversion, which keeps payload values out of
+        // the message.
+        #[cfg(feature = "serde_json")]
+        let error = match error.downcast::<serde_json::Error>() {
+            Ok(json) => return ToolError::from(*json),
             Err(error) => error,
         };
         let mut kind = ErrorKind::ExecutionFailed;
@@ -575,6 +583,55 @@ impl ToolError {
                 source: Some(Arc::from(error)),
                 ..Details::default()
             })),
+        }
+    }
+}
+
+/// An inner service's error, as the layers take it: anything tower's own middleware
+/// accepts (`Into<BoxError>`: every `std::error::Error + Send + Sync`, `String`, `&str`,
+/// tower's `BoxError`), so a layer stacks onto a hyper or reqwest client, an axum route or
+/// a `service_fn` with no `map_err` in between.
+///
+/// Implemented for every such type; not implemented by hand. A [`ToolError`] is passed
+/// through as it is, with no allocation (a layer's error reaching the next layer out
+/// costs nothing); anything else is boxed and classified by [`ToolError::from_boxed`]
+/// (tower's `Elapsed` is `TIMEOUT`, an `io::Error` by its kind, a `ToolError` found down
+/// the chain of sources is that error, the rest `EXECUTION_FAILED`). To classify your own
+/// error type differently, turn it into a `ToolError` innermost (tower's `MapErr`, or
+/// `map_err` on the `service_fn`'s future).
+///
+/// ```
+/// use toolshield_contract::{ErrorKind, IntoToolError, ToolError};
+///
+/// let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+/// assert_eq!(io.into_tool_error().kind(), ErrorKind::ConnectionFailed);
+/// assert_eq!("no route".into_tool_error().kind(), ErrorKind::ExecutionFailed);
+/// let own = ToolError::new(ErrorKind::NotFound, "no such row");
+/// assert_eq!(own.into_tool_error().kind(), ErrorKind::NotFound);
+/// ```
+pub trait IntoToolError: 'static {
+    /// This error as a [`ToolError`].
+    fn into_tool_error(self) -> ToolError;
+}
+
+impl<E> IntoToolError for E
+where
+    E: Into<crate::BoxError> + 'static,
+{
+    #[inline]
+    fn into_tool_error(self) -> ToolError {
+        // A `ToolError` (every layer's own error) is passed on unboxed: the type check
+        // is resolved when the layer is compiled.
+        let mut slot = Some(self);
+        if let Some(own) = (&mut slot as &mut dyn std::any::Any)
+            .downcast_mut::<Option<ToolError>>()
+            .and_then(Option::take)
+        {
+            return own;
+        }
+        match slot {
+            Some(error) => ToolError::from_boxed(error.into()),
+            None => ToolError::new(ErrorKind::Internal, "an inner error was taken twice"),
         }
     }
 }

@@ -21,7 +21,9 @@ mod traits;
 
 pub use classify::{Classify, DefaultClassifier, Failure, Outcome};
 pub use config::{ConfigError, ConfigProblem};
-pub use error::{breaks_a_line, printable, ErrorKind, ToolError, MAX_TOOL_NAME_SHOWN};
+pub use error::{
+    breaks_a_line, printable, ErrorKind, IntoToolError, ToolError, MAX_TOOL_NAME_SHOWN,
+};
 pub use kind::CallKind;
 pub use progress::{IdleClock, Progress, ProgressEvent, MAX_PROGRESS_MESSAGE};
 pub use resume::{Resume, ResumeFuture, ResumeSink};

@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Sleep};
+use toolshield_core::IntoToolError;
 use toolshield_core::{
     time, AttemptGuard, CallKind, CallState, ErrorKind, InBandFailure, ShieldRequest,
     ShieldResponse, ToolError,
@@ -89,7 +90,7 @@ const PRIMARY: &str = "primary";
 impl<F, E, Req, Res> Future for ResponseFuture<F, Req, Res>
 where
     F: Future<Output = Result<Res, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
     Req: ShieldRequest + Clone + Send + 'static,
     Res: ShieldResponse + Send + 'static,
 {
@@ -114,7 +115,7 @@ where
                             return Poll::Ready(Ok(res));
                         }
                     },
-                    Poll::Ready(Err(e)) => (Arc::<str>::from(PRIMARY), e.into(), 0),
+                    Poll::Ready(Err(e)) => (Arc::<str>::from(PRIMARY), e.into_tool_error(), 0),
                 },
                 StateProj::Tier { fut, index, guard } => {
                     let Poll::Ready(result) = fut.as_mut().poll(cx) else {

@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use toolshield_core::panic::CatchPanicLayer;
+use toolshield_core::IntoToolError;
 use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
@@ -113,7 +114,7 @@ where
     pub fn tier<S>(self, name: impl Into<Arc<str>>, service: S) -> Self
     where
         S: Service<Req, Response = Res> + Clone + Send + Sync + 'static,
-        S::Error: Into<ToolError>,
+        S::Error: IntoToolError,
         S::Future: Send + 'static,
     {
         self.tier_when(name, service, default_hand_over)
@@ -125,7 +126,7 @@ where
     pub fn tier_when<S, P>(self, name: impl Into<Arc<str>>, service: S, predicate: P) -> Self
     where
         S: Service<Req, Response = Res> + Clone + Send + Sync + 'static,
-        S::Error: Into<ToolError>,
+        S::Error: IntoToolError,
         S::Future: Send + 'static,
         P: Fn(&Req, &ToolError) -> bool + Send + Sync + 'static,
     {
@@ -144,7 +145,9 @@ where
         });
         let tier = Tier {
             name,
-            service: BoxCloneSyncService::new(catch.layer(service.map_err(Into::into))),
+            service: BoxCloneSyncService::new(
+                catch.layer(service.map_err(IntoToolError::into_tool_error)),
+            ),
             predicate: Arc::new(predicate),
         };
         self.rebuild(|tiers, _, _| tiers.push(tier))

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use toolshield_core::IntoToolError;
 use toolshield_core::{
     CallKind, ShieldRequest, ShieldResponse, ToolError, ToolRequest, ToolResponse,
 };
@@ -67,7 +68,7 @@ impl<S, Req, Res> Fallback<S, Req, Res> {
 impl<S, Req, Res> Service<Req> for Fallback<S, Req, Res>
 where
     S: Service<Req, Response = Res>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     Req: ShieldRequest + Clone + Send + 'static,
     Res: ShieldResponse + Send + 'static,
 {
@@ -76,7 +77,9 @@ where
     type Future = ResponseFuture<S::Future, Req, Res>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {

@@ -9,6 +9,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use toolshield_contract::config::deadline_after;
 use toolshield_contract::time;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{
     AttemptGuard, ErrorKind, Hedged, ShieldRequest, ShieldResponse, ToolError,
 };
@@ -89,7 +90,7 @@ fn is_refusal(kind: ErrorKind) -> bool {
     )
 }
 
-fn judge<R: ShieldResponse, E: Into<ToolError>>(result: Result<R, E>) -> Verdict<R> {
+fn judge<R: ShieldResponse, E: IntoToolError>(result: Result<R, E>) -> Verdict<R> {
     match result {
         Ok(res) => match res.in_band_failure() {
             None => Verdict::Win(res),
@@ -98,7 +99,7 @@ fn judge<R: ShieldResponse, E: Into<ToolError>>(result: Result<R, E>) -> Verdict
             Some(_) => Verdict::Fatal(Ok(res)),
         },
         Err(e) => {
-            let e = e.into();
+            let e = e.into_tool_error();
             if is_refusal(e.kind()) {
                 Verdict::Refused(Err(e))
             } else if e.is_retriable() {
@@ -174,7 +175,7 @@ where
 impl<S, Req> Hedging<S, Req>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest + Clone,
 {
@@ -201,7 +202,7 @@ where
             Poll::Pending => Launch::NotReady,
             Poll::Ready(Err(e)) => {
                 if self.last_failure.is_none() {
-                    self.last_failure = Some(Err(e.into()));
+                    self.last_failure = Some(Err(e.into_tool_error()));
                 }
                 self.close()
             }
@@ -367,7 +368,7 @@ where
 impl<S, Req> Future for ResponseFuture<S, Req>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest + Clone,
 {
@@ -383,7 +384,7 @@ where
             };
             let result = ready!(fut.poll(cx));
             this.first.set(None);
-            return Poll::Ready(result.map_err(Into::into));
+            return Poll::Ready(result.map_err(IntoToolError::into_tool_error));
         };
         let out = ready!(hedging.poll_attempts(this.first.as_mut(), this.timer.as_mut(), cx));
         // Drop every other attempt now (their guards cancel their tokens), not when the

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use toolshield_contract::time;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{idempotency_key_of, CallKind, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
@@ -117,7 +118,7 @@ fn may_hedge<Req: ShieldRequest>(req: &Req) -> bool {
 impl<S, Req> Service<Req> for Hedge<S>
 where
     S: Service<Req> + Clone,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest + Clone,
 {
@@ -126,7 +127,9 @@ where
     type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {

@@ -12,6 +12,7 @@ use http_body::Body;
 use http_body_util::combinators::Collect;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use pin_project_lite::pin_project;
+use toolshield_core::IntoToolError;
 use toolshield_core::{BoxError, ErrorKind, ToolError};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -114,7 +115,7 @@ impl<S> BufferBody<S> {
 impl<S, B> Service<Request<B>> for BufferBody<S>
 where
     S: Service<BufferedRequest> + Clone,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     B: Body,
     B::Error: Into<BoxError>,
 {
@@ -123,7 +124,9 @@ where
     type Future = BufferBodyFuture<S, B>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
@@ -179,7 +182,7 @@ pin_project! {
 impl<S, B> Future for BufferBodyFuture<S, B>
 where
     S: Service<BufferedRequest>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     B: Body,
     B::Error: Into<BoxError>,
 {
@@ -208,7 +211,7 @@ where
                     this.state.set(State::Calling { future });
                 }
                 StateProj::Calling { future } => {
-                    return future.poll(cx).map_err(Into::into);
+                    return future.poll(cx).map_err(IntoToolError::into_tool_error);
                 }
             }
         }

@@ -10,6 +10,7 @@ use chrono::Utc;
 use tokio::time::Instant;
 use toolshield_core::config::deadline_after;
 use toolshield_core::time;
+use toolshield_core::IntoToolError;
 use toolshield_core::{
     CallKind, Digest, ErrorKind, Resume, ResumeFuture, ResumeSink, SharedPayload, ShieldRequest,
     ToolError, ToolRequest, ToolResponse,
@@ -36,7 +37,7 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
     fn call<S>(&self, inner: &mut S, req: ToolRequest) -> ResponseFuture<S::Future>
     where
         S: Service<ToolRequest, Response = ToolResponse> + Clone + Send + 'static,
-        S::Error: Into<ToolError> + Send,
+        S::Error: IntoToolError + Send,
         S::Future: Send + 'static,
     {
         if req.call_kind() == CallKind::ReadOnly {
@@ -62,7 +63,7 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
                     let fut = inner.call(req);
                     return ResponseFuture::boxed(Box::pin(async move {
                         fut.await.map_err(|e| {
-                            let e = unkeyed_outcome(&tool, e.into());
+                            let e = unkeyed_outcome(&tool, e.into_tool_error());
                             if e.kind() == ErrorKind::OutcomeUnknown {
                                 shared.counters.outcome_unknown.bump();
                             }
@@ -419,7 +420,7 @@ async fn run<S>(
 ) -> Result<ToolResponse, ToolError>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
-    S::Error: Into<ToolError> + Send,
+    S::Error: IntoToolError + Send,
 {
     let cfg = &shared.config;
     let counters = &shared.counters;
@@ -506,7 +507,7 @@ where
                     OnStoreError::FailOpen => {
                         tracing::warn!(tool = %tool, error = %e, "idempotency store unavailable: running without dedupe");
                         counters.executions.bump();
-                        svc.call(req).await.map_err(Into::into)
+                        svc.call(req).await.map_err(IntoToolError::into_tool_error)
                     }
                 };
             }
@@ -660,7 +661,7 @@ fn execute<S>(
 ) -> impl Future<Output = Result<ToolResponse, ToolError>>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
-    S::Error: Into<ToolError> + Send,
+    S::Error: IntoToolError + Send,
 {
     async move {
         let cfg = &shared.config;
@@ -889,7 +890,7 @@ async fn call_under_lease<S>(
 ) -> Result<ToolResponse, ToolError>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
-    S::Error: Into<ToolError> + Send,
+    S::Error: IntoToolError + Send,
 {
     let cfg = &shared.config;
     let fut = svc.call(req);
@@ -901,7 +902,7 @@ where
         let abort_at = lease.abort_at();
         tokio::select! {
             biased;
-            r = &mut fut => return r.map_err(Into::into),
+            r = &mut fut => return r.map_err(IntoToolError::into_tool_error),
             r = async {
                 match renewing.as_mut() {
                     Some((_, f)) => f.await,

@@ -8,6 +8,7 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use toolshield_core::time;
+use toolshield_core::IntoToolError;
 use toolshield_core::{ErrorKind, ShieldResponse, ToolError};
 use tracing::Span;
 
@@ -144,7 +145,7 @@ impl<F> std::fmt::Debug for ResponseFuture<F> {
 impl<F, Res, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Res, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
     Res: ShieldResponse,
 {
     type Output = Result<Res, ToolError>;
@@ -153,7 +154,7 @@ where
         let this = self.project();
         let result = {
             let _entered = this.span.enter();
-            ready!(this.inner.poll(cx)).map_err(Into::into)
+            ready!(this.inner.poll(cx)).map_err(IntoToolError::into_tool_error)
         };
         *this.done = true;
         // The call's duration: as the provenance layer inside measured it from the same
@@ -280,7 +281,7 @@ impl<F> std::fmt::Debug for AttemptFuture<F> {
 impl<F, Res, E> Future for AttemptFuture<F>
 where
     F: Future<Output = Result<Res, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
     Res: ShieldResponse,
 {
     type Output = Result<Res, ToolError>;
@@ -289,7 +290,7 @@ where
         let this = self.project();
         let result = {
             let _entered = this.span.enter();
-            ready!(this.inner.poll(cx)).map_err(Into::into)
+            ready!(this.inner.poll(cx)).map_err(IntoToolError::into_tool_error)
         };
         *this.done = true;
         let f = facts(&result);

@@ -14,8 +14,19 @@
 //! - `toolshield::collectors::BreakerMetrics` (in the facade) exports `circuit_breaker_state{key,state}`,
 //!   `circuit_breaker_transitions_total{key,from,to}` and
 //!   `circuit_breaker_rejections_total{key}` from a breaker registry at scrape time.
-//! - [`install_prometheus`] installs a Prometheus recorder and returns a
-//!   [`PrometheusExporter`] to render; [`local_prometheus`] builds one that is not global.
+#![cfg_attr(
+    feature = "prometheus",
+    doc = "- [`install_prometheus`] installs a Prometheus recorder and returns a
+  [`PrometheusExporter`] to render; [`local_prometheus`] builds one that is not global
+  (feature `prometheus`)."
+)]
+#![cfg_attr(
+    not(feature = "prometheus"),
+    doc = "- `install_prometheus` installs a Prometheus recorder and returns a
+  `PrometheusExporter` to render; `local_prometheus` builds one that is not global
+  (feature `prometheus`, off: the layers record into the global recorder or the
+  `MetricsTarget` they are given)."
+)]
 //!
 //! `status` and `outcome` take the five values of the `ToolResult` envelope (`success`,
 //! `error`, `timeout`, `circuit_open`, `cancelled`), `code` the canonical error codes. The
@@ -32,8 +43,11 @@
 //! Spans are plain `tracing` spans: to export them with OpenTelemetry, add a
 //! `tracing-opentelemetry` layer to your subscriber; this crate needs no feature for it.
 
+#[cfg(feature = "prometheus")]
 mod buckets;
+#[cfg(feature = "prometheus")]
 mod exposition;
+#[cfg(feature = "prometheus")]
 pub use exposition::escape_label_value;
 mod future;
 mod handles;
@@ -41,14 +55,17 @@ mod layer;
 pub mod names;
 #[cfg(feature = "otel")]
 pub mod otel;
+#[cfg(feature = "prometheus")]
 mod prometheus;
 mod service;
+#[cfg(feature = "prometheus")]
 mod striped;
 mod target;
 
 pub use future::{AttemptFuture, ResponseFuture};
 pub use layer::{AttemptMetricsLayer, MetricsConfig, MetricsLayer, MAX_TOOLS};
 pub use names::Status;
+#[cfg(feature = "prometheus")]
 pub use prometheus::{
     install_prometheus, local_prometheus, Collect, PrometheusExporter, DRAIN_EVERY,
     DURATION_BUCKETS, PROMETHEUS_CONTENT_TYPE, UPKEEP_INTERVAL,
@@ -59,4 +76,5 @@ pub use target::MetricsTarget;
 /// The `metrics` facade these handles are built on (keys and labels for collectors).
 pub use metrics;
 /// The `metrics-exporter-prometheus` crate, for its builder and handle types.
+#[cfg(feature = "prometheus")]
 pub use metrics_exporter_prometheus;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use toolshield_core::time;
+use toolshield_core::IntoToolError;
 use toolshield_core::{CallKind, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 use tracing::field::Empty;
@@ -71,7 +72,7 @@ fn label<Req: ShieldRequest>(req: &Req) -> &str {
 impl<S, Req> Service<Req> for Metrics<S>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest,
 {
@@ -80,7 +81,9 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]
@@ -151,7 +154,7 @@ impl<S> AttemptMetrics<S> {
 impl<S, Req> Service<Req> for AttemptMetrics<S>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest,
 {
@@ -160,7 +163,9 @@ where
     type Future = AttemptFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use toolshield_core::time;
+use toolshield_core::IntoToolError;
 use toolshield_core::{
     payload_digest, utc_at, ErrorKind, Progress, Provenance, ToolError, ToolResponse,
 };
@@ -79,7 +80,7 @@ impl<F> std::fmt::Debug for ResponseFuture<F> {
 impl<F, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<ToolResponse, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
 {
     type Output = Result<ToolResponse, ToolError>;
 
@@ -111,7 +112,7 @@ where
                 Ok(resp)
             }
             Err(e) => {
-                let e: ToolError = e.into();
+                let e: ToolError = e.into_tool_error();
                 let attempts = match (e.attempts(), e.kind()) {
                     (0, ErrorKind::Cancelled) => 0,
                     (0, _) => 1,

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use toolshield_core::time;
+use toolshield_core::IntoToolError;
 use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
 use tower_service::Service;
 
@@ -42,14 +43,16 @@ impl<S> Provenance<S> {
 impl<S> Service<ToolRequest> for Provenance<S>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
 {
     type Response = ToolResponse;
     type Error = ToolError;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]

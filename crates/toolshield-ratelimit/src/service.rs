@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use toolshield_contract::config::deadline_after;
 use toolshield_contract::time;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{CallState, ShieldRequest, ToolError};
 use toolshield_store::{take_ready, LayerFuture, StoreError};
 use tower_service::Service;
@@ -145,7 +146,7 @@ fn store_failed(shared: &Shared, e: &StoreError) -> Option<ToolError> {
 impl<S, K, Req> Service<Req> for RateLimiter<S, K>
 where
     S: Service<Req> + Clone + Send + 'static,
-    S::Error: Into<ToolError> + Send,
+    S::Error: IntoToolError + Send,
     S::Future: Send + 'static,
     S::Response: Send + 'static,
     K: KeyFn<Req>,
@@ -156,7 +157,9 @@ where
     type Future = LayerFuture<S::Future, S::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
@@ -206,7 +209,7 @@ where
                     }
                     refund.armed = false;
                     refund.shared.counters.admitted.bump();
-                    svc.call(req).await.map_err(Into::into)
+                    svc.call(req).await.map_err(IntoToolError::into_tool_error)
                 }))
             }
             Some(Ok(Decision::Reject { retry_after })) => {
@@ -266,7 +269,7 @@ where
                         }
                     }
                     shared.counters.admitted.bump();
-                    svc.call(req).await.map_err(Into::into)
+                    svc.call(req).await.map_err(IntoToolError::into_tool_error)
                 }))
             }
         }

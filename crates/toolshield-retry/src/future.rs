@@ -10,6 +10,7 @@ use tokio::time::{sleep_until, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use toolshield_contract::config::{deadline_after, MAX_DURATION};
 use toolshield_contract::time;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{
     AttemptGuard, CallKind, Classify, ErrorKind, Failure, Outcome, ShieldRequest, ShieldResponse,
     ToolError,
@@ -311,7 +312,7 @@ where
 impl<S, Req, Res, P> Future for ResponseFuture<S, Req, P>
 where
     S: Service<Req, Response = Res> + Clone,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     Req: ShieldRequest + Clone,
     Res: ShieldResponse,
     P: Classify<Res>,
@@ -323,7 +324,7 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Calling { future } => {
-                    let result = ready!(future.poll(cx)).map_err(Into::into);
+                    let result = ready!(future.poll(cx)).map_err(IntoToolError::into_tool_error);
                     if let Some(guard) = this.guard.take() {
                         guard.disarm();
                     }
@@ -390,7 +391,7 @@ where
                         return Poll::Ready(Err(unstarted(this.token, e)));
                     };
                     if let Err(e) = ready!(service.poll_ready(cx)) {
-                        let e = e.into().with_attempts(*this.attempt);
+                        let e = e.into_tool_error().with_attempts(*this.attempt);
                         return Poll::Ready(Err(unstarted(this.token, e)));
                     }
                     let next_attempt = this.attempt.saturating_add(1);

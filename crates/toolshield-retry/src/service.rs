@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{
     idempotency_key_of, CallKind, Classify, ShieldRequest, ShieldResponse, ToolError,
 };
@@ -71,7 +72,7 @@ impl<S: fmt::Debug, P> fmt::Debug for Retry<S, P> {
 impl<S, P, Req, Res> Service<Req> for Retry<S, P>
 where
     S: Service<Req, Response = Res> + Clone,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     Req: ShieldRequest + Clone,
     Res: ShieldResponse,
     P: Classify<Res>,
@@ -81,7 +82,9 @@ where
     type Future = ResponseFuture<S, Req, P>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]

@@ -1,6 +1,5 @@
 //! [`MemoryBounds`]: the size limits of an in-memory store.
 
-use serde::{Deserialize, Serialize};
 use toolshield_contract::config::{ConfigError, Problems};
 
 /// The bounds of an in-memory store: at most `max_entries` entries and about `max_bytes`
@@ -13,8 +12,9 @@ use toolshield_contract::config::{ConfigError, Problems};
 /// let err = MemoryBounds::new(0, 10).validate().unwrap_err();
 /// assert!(err.to_string().contains("max_entries"));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct MemoryBounds {
     /// At most this many entries.
     pub max_entries: u64,

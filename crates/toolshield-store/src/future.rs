@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::ToolError;
 
 /// The boxed path of a [`LayerFuture`].
@@ -89,14 +90,14 @@ impl<F, R> fmt::Debug for LayerFuture<F, R> {
 impl<F, R, E> Future for LayerFuture<F, R>
 where
     F: Future<Output = Result<R, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
 {
     type Output = Result<R, ToolError>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Passthrough { fut } => fut.poll(cx).map_err(Into::into),
+            KindProj::Passthrough { fut } => fut.poll(cx).map_err(IntoToolError::into_tool_error),
             KindProj::Boxed { fut } => fut.as_mut().poll(cx),
             KindProj::Ready { result } => Poll::Ready(
                 result

@@ -3,6 +3,7 @@
 
 use std::task::{Context, Poll};
 
+use toolshield_contract::IntoToolError;
 use toolshield_contract::ToolError;
 use tower_service::Service;
 
@@ -24,7 +25,7 @@ pub trait StorePath<Req>: Clone {
     fn call<S>(&self, inner: &mut S, req: Req) -> LayerFuture<S::Future, Self::Response>
     where
         S: Service<Req, Response = Self::Response> + Clone + Send + 'static,
-        S::Error: Into<ToolError> + Send,
+        S::Error: IntoToolError + Send,
         S::Future: Send + 'static;
 }
 
@@ -92,7 +93,7 @@ impl<S, L, Req> Service<Req> for StoreService<S, L>
 where
     L: StorePath<Req>,
     S: Service<Req, Response = L::Response> + Clone + Send + 'static,
-    S::Error: Into<ToolError> + Send,
+    S::Error: IntoToolError + Send,
     S::Future: Send + 'static,
 {
     type Response = L::Response;
@@ -100,7 +101,9 @@ where
     type Future = LayerFuture<S::Future, L::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]

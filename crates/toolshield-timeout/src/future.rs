@@ -7,6 +7,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 use toolshield_contract::config::deadline_after;
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{time, AttemptGuard, IdleClock, ShieldResponse, SlowCall, ToolError};
 
 /// Which limit a [`ResponseFuture`] enforces, for the error message.
@@ -169,7 +170,7 @@ impl<F> std::fmt::Debug for ResponseFuture<F> {
 impl<F, Res, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Res, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
     Res: ShieldResponse,
 {
     type Output = Result<Res, ToolError>;
@@ -219,7 +220,7 @@ where
                     }
                     Ok(res)
                 }
-                Err(e) => Err(e.into()),
+                Err(e) => Err(e.into_tool_error()),
             });
         }
 

@@ -3,6 +3,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use toolshield_contract::config::{deadline_after, MAX_DURATION};
+use toolshield_contract::IntoToolError;
 use toolshield_contract::{time, CallState, IdleClock, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
@@ -73,7 +74,7 @@ impl<S> Timeout<S> {
 impl<S, Req> Service<Req> for Timeout<S>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest,
 {
@@ -82,7 +83,9 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]
@@ -188,7 +191,7 @@ impl<S> Deadline<S> {
 impl<S, Req> Service<Req> for Deadline<S>
 where
     S: Service<Req>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
     S::Response: ShieldResponse,
     Req: ShieldRequest,
 {
@@ -197,7 +200,9 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     #[inline(always)]

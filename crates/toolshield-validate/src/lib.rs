@@ -15,6 +15,7 @@ use pin_project_lite::pin_project;
 use serde_json::Value;
 use toolshield_core::config::Problems;
 use toolshield_core::hash::FastState;
+use toolshield_core::IntoToolError;
 use toolshield_core::{printable, ConfigError, ToolError, ToolRequest, MAX_TOOL_NAME_SHOWN};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -389,14 +390,16 @@ impl<S> Validate<S> {
 impl<S> Service<ToolRequest> for Validate<S>
 where
     S: Service<ToolRequest>,
-    S::Error: Into<ToolError>,
+    S::Error: IntoToolError,
 {
     type Response = S::Response;
     type Error = ToolError;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner
+            .poll_ready(cx)
+            .map_err(IntoToolError::into_tool_error)
     }
 
     fn call(&mut self, req: ToolRequest) -> Self::Future {
@@ -438,13 +441,13 @@ impl<F> fmt::Debug for ResponseFuture<F> {
 impl<F, Res, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Res, E>>,
-    E: Into<ToolError>,
+    E: IntoToolError,
 {
     type Output = Result<Res, ToolError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Inner { inner } => inner.poll(cx).map_err(Into::into),
+            StateProj::Inner { inner } => inner.poll(cx).map_err(IntoToolError::into_tool_error),
             StateProj::Invalid { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
                 ToolError::internal("validate future polled after completion")
             }))),
