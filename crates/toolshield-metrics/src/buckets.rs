@@ -6,7 +6,7 @@
 //! atomic read-modify-writes and an epoch pin), and the upkeep pays for each sample again.
 //! The one histogram every call records is counted here instead: each thread adds the
 //! sample to the bucket it falls in, in a cell of its own (one of [`width`] per series,
-//! chosen by the thread: see [`toolshield_core::stripes`]), under that cell's
+//! chosen by the thread: see [`toolshield_contract::stripes`]), under that cell's
 //! uncontended lock. Nothing is buffered, so the memory of the family is fixed per series,
 //! and a render adds up the cells. The text is the one the recorder would write for the
 //! same samples (the exposition test checks it line for line).
@@ -19,7 +19,7 @@ use metrics::{HistogramFn, Key, SharedString};
 use metrics_exporter_prometheus::formatting::{
     sanitize_description, sanitize_label_key, sanitize_metric_name,
 };
-use toolshield_core::stripes::{slot, width};
+use toolshield_contract::stripes::{slot, width};
 
 use crate::exposition::escape_label_value;
 use crate::names::TOOL_DURATION_SECONDS;

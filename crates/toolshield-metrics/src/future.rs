@@ -7,9 +7,9 @@ use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
-use toolshield_core::time;
-use toolshield_core::IntoToolError;
-use toolshield_core::{ErrorKind, ShieldResponse, ToolError};
+use toolshield_contract::time;
+use toolshield_contract::IntoToolError;
+use toolshield_contract::{ErrorKind, ShieldResponse, ToolError};
 use tracing::Span;
 
 use crate::handles::Shared;

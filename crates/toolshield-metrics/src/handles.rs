@@ -3,8 +3,8 @@
 use std::sync::{Arc, OnceLock};
 
 use metrics::{Counter, Histogram, Key, Label};
-use toolshield_core::hash::FastHashMap;
-use toolshield_core::ErrorKind;
+use toolshield_contract::hash::FastHashMap;
+use toolshield_contract::ErrorKind;
 
 use crate::names::*;
 use crate::target::MetricsTarget;
@@ -160,7 +160,7 @@ impl Shared {
     }
 
     /// `code` is the failure that made the retry layer start this attempt
-    /// ([`CallState::retry_reason`](toolshield_core::CallState::retry_reason)),
+    /// ([`CallState::retry_reason`](toolshield_contract::CallState::retry_reason)),
     /// `UNKNOWN` for a request type that does not carry it.
     pub(crate) fn retries(&self, tool: usize, kind: Option<ErrorKind>) -> &Counter {
         match kind {

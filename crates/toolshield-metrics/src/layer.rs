@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use toolshield_core::config::Problems;
-use toolshield_core::ConfigError;
+use toolshield_contract::config::Problems;
+use toolshield_contract::ConfigError;
 use tower_layer::Layer;
 
 use crate::handles::{Shared, ToolNames};

@@ -34,8 +34,8 @@
 //! Handles are registered once per label set and cached, so recording a call allocates no
 //! label string. Payloads and outputs never reach a span or a log line.
 //!
-//! The layers are generic over [`ShieldRequest`](toolshield_core::ShieldRequest) and
-//! [`ShieldResponse`](toolshield_core::ShieldResponse): they work for HTTP requests too.
+//! The layers are generic over [`ShieldRequest`](toolshield_contract::ShieldRequest) and
+//! [`ShieldResponse`](toolshield_contract::ShieldResponse): they work for HTTP requests too.
 //!
 //! In [the default stack](https://github.com/toolshield/toolshield/blob/main/docs/layer-order.md) the call layer is outermost and the attempt layer sits
 //! inside retry.

@@ -1,6 +1,6 @@
 //! Metric names and label values: one vocabulary (docs/observability.md).
 
-use toolshield_core::ErrorKind;
+use toolshield_contract::ErrorKind;
 
 /// `tool_execution_total{tool,status}`: logical calls.
 pub const TOOL_EXECUTION_TOTAL: &str = "tool_execution_total";
@@ -34,7 +34,7 @@ pub const CIRCUIT_BREAKER_REJECTIONS_TOTAL: &str = "circuit_breaker_rejections_t
 pub const OTHER_TOOL: &str = "other";
 
 /// The `status` of a logical call and the `outcome` of an attempt: the same five values
-/// as the `status` of the [`ToolResult`](toolshield_core::ToolResult) envelope.
+/// as the `status` of the [`ToolResult`](toolshield_contract::ToolResult) envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
     /// Succeeded.

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use toolshield_core::time;
-use toolshield_core::IntoToolError;
-use toolshield_core::{CallKind, ShieldRequest, ShieldResponse, ToolError};
+use toolshield_contract::time;
+use toolshield_contract::IntoToolError;
+use toolshield_contract::{CallKind, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 use tracing::field::Empty;
 use tracing::Span;

@@ -5,7 +5,7 @@
 //! generation, written on every increment), and its histogram one shared sample buffer:
 //! every call on every worker writes the same lines. Here each thread writes a cell of its
 //! own (one of [`width`] per metric, chosen by the thread: see
-//! [`toolshield_core::stripes`]), and
+//! [`toolshield_contract::stripes`]), and
 //! [`Stripes::flush`] adds what the cells hold to the recorder's metric before anything
 //! reads it. A histogram's samples go to the recorder in batches of [`BATCH`], so no
 //! thread's cell holds more than that between renders.
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use metrics::{Counter, CounterFn, Histogram, HistogramFn};
 use metrics_exporter_prometheus::PrometheusHandle;
-use toolshield_core::stripes::{slot, width, StripedCount};
+use toolshield_contract::stripes::{slot, width, StripedCount};
 
 use crate::prometheus::DRAIN_EVERY;
 
