@@ -348,13 +348,14 @@ impl ToolError {
         Self::new(ErrorKind::Internal, message)
     }
 
-    /// Wraps another error as `kind`, keeping it as the [`source`](StdError::source).
+    /// Wraps another error as `kind`, keeping it as the [`source`](StdError::source). The
+    /// message is the error's text, at most [`MAX_SOURCE_MESSAGE`] bytes.
     #[must_use]
     pub fn from_source<E>(kind: ErrorKind, source: E) -> Self
     where
         E: StdError + Send + Sync + 'static,
     {
-        let message = source.to_string();
+        let message = source_text(&source);
         Self::new(kind, message).with_source(source)
     }
 
@@ -539,6 +540,9 @@ impl ToolError {
     /// | a `std::io::Error` | by its kind: refused, reset, aborted, broken pipe `CONNECTION_FAILED`, timed out `TIMEOUT`, ... |
     /// | anything else | `EXECUTION_FAILED` |
     ///
+    /// The chain is read at most [`MAX_SOURCE_DEPTH`] links deep, and the message is the
+    /// error's text, at most [`MAX_SOURCE_MESSAGE`] bytes.
+    ///
     /// The error is kept as the source. To classify your own errors differently, turn
     /// them into a `ToolError` before they reach a layer (tower's `MapErr` innermost):
     /// the layers take an inner error through [`IntoToolError`], which comes here for
@@ -557,7 +561,14 @@ impl ToolError {
         };
         let mut kind = ErrorKind::ExecutionFailed;
         let mut current: Option<&(dyn StdError + 'static)> = Some(&*error);
+        // At most `MAX_SOURCE_DEPTH` links: an error whose `source()` leads back to itself
+        // must not hold the call forever.
+        let mut depth = 0;
         while let Some(e) = current {
+            depth += 1;
+            if depth > MAX_SOURCE_DEPTH {
+                break;
+            }
             if let Some(inner) = e.downcast_ref::<ToolError>() {
                 return inner.clone();
             }
@@ -578,7 +589,7 @@ impl ToolError {
         ToolError {
             kind,
             attempts: 0,
-            message: Cow::Owned(error.to_string()),
+            message: Cow::Owned(source_text(&*error)),
             details: Some(Box::new(Details {
                 source: Some(Arc::from(error)),
                 ..Details::default()
@@ -634,6 +645,54 @@ where
             None => ToolError::new(ErrorKind::Internal, "an inner error was taken twice"),
         }
     }
+}
+
+/// How many links of an inner error's chain of sources [`ToolError::from_boxed`] looks
+/// down for something it knows; a chain that goes on (or back to itself) is read no
+/// further.
+pub const MAX_SOURCE_DEPTH: usize = 32;
+
+/// At most this many bytes of an inner error's text become a [`ToolError`]'s message
+/// ([`ToolError::from_boxed`], [`ToolError::from_source`]); a longer text is cut at a
+/// character boundary and ends with `…`. A client's error that quotes a whole response
+/// body, or whose `Display` never ends, gives a message of bounded size.
+pub const MAX_SOURCE_MESSAGE: usize = 1024;
+
+/// An error's `Display` text, at most [`MAX_SOURCE_MESSAGE`] bytes (plus `…` when cut).
+/// Written through a writer that refuses more, so an endless `Display` stops, and one
+/// that fails gives what it wrote before failing rather than a panic.
+fn source_text(error: &dyn fmt::Display) -> String {
+    struct Bounded {
+        text: String,
+        cut: bool,
+    }
+    impl fmt::Write for Bounded {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let room = MAX_SOURCE_MESSAGE - self.text.len();
+            if s.len() <= room {
+                self.text.push_str(s);
+                return Ok(());
+            }
+            let mut end = room;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.text.push_str(&s[..end]);
+            self.cut = true;
+            Err(fmt::Error)
+        }
+    }
+    let mut out = Bounded {
+        text: String::new(),
+        cut: false,
+    };
+    // An error here is ours (the text is full) or the `Display`'s own: either way what
+    // was written is kept.
+    let _ = fmt::write(&mut out, format_args!("{error}"));
+    if out.cut {
+        out.text.push('…');
+    }
+    out.text
 }
 
 impl From<crate::BoxError> for ToolError {

@@ -22,7 +22,8 @@ mod traits;
 pub use classify::{Classify, DefaultClassifier, Failure, Outcome};
 pub use config::{ConfigError, ConfigProblem};
 pub use error::{
-    breaks_a_line, printable, ErrorKind, IntoToolError, ToolError, MAX_TOOL_NAME_SHOWN,
+    breaks_a_line, printable, ErrorKind, IntoToolError, ToolError, MAX_SOURCE_DEPTH,
+    MAX_SOURCE_MESSAGE, MAX_TOOL_NAME_SHOWN,
 };
 pub use kind::CallKind;
 pub use progress::{IdleClock, Progress, ProgressEvent, MAX_PROGRESS_MESSAGE};

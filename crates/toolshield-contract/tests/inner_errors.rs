@@ -104,3 +104,73 @@ fn a_json_error_is_invalid_input_without_the_values_it_quotes() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert!(!e.message().contains("4111"), "{}", e.message());
 }
+
+/// An error whose chain of sources leads back to itself, as a buggy or hostile error
+/// type's may.
+#[derive(Debug)]
+struct Loop;
+
+impl fmt::Display for Loop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("loops")
+    }
+}
+
+impl std::error::Error for Loop {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self)
+    }
+}
+
+#[test]
+fn a_chain_of_sources_that_loops_is_read_a_bounded_depth() {
+    // Before the bound this never returned.
+    let e = Loop.into_tool_error();
+    assert_eq!(e.kind(), ErrorKind::ExecutionFailed);
+    assert_eq!(e.message(), "loops");
+}
+
+/// An error whose text is a whole response body.
+#[derive(Debug)]
+struct Wordy(usize);
+
+impl fmt::Display for Wordy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for _ in 0..self.0 {
+            f.write_str("é")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Wordy {}
+
+/// An error whose text never ends unless the writer refuses more.
+#[derive(Debug)]
+struct Endless;
+
+impl fmt::Display for Endless {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        loop {
+            f.write_str("again ")?;
+        }
+    }
+}
+
+impl std::error::Error for Endless {}
+
+#[test]
+fn an_inner_errors_text_becomes_a_message_of_bounded_size() {
+    use toolshield_contract::MAX_SOURCE_MESSAGE;
+    let long = Wordy(1_000_000).into_tool_error();
+    assert!(long.message().len() <= MAX_SOURCE_MESSAGE + '…'.len_utf8());
+    assert!(long.message().ends_with('…'));
+    assert!(long.message().starts_with("éé"));
+    let short = Wordy(3).into_tool_error();
+    assert_eq!(short.message(), "ééé");
+    let endless = Endless.into_tool_error();
+    assert!(endless.message().len() <= MAX_SOURCE_MESSAGE + '…'.len_utf8());
+    let io = std::io::Error::other(Wordy(100_000));
+    let via_from = ToolError::from(io);
+    assert!(via_from.message().len() <= MAX_SOURCE_MESSAGE + '…'.len_utf8());
+}
