@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
-use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState};
+use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_core::{ErrorKind, ToolError};
 use toolshield_http::{hyper_client, BufferBodyLayer, HttpErrorLayer};
 use toolshield_timeout::TimeoutLayer;
@@ -30,14 +30,6 @@ fn stack(
         .service(hyper_client())
 }
 
-fn registry(consecutive: u32) -> BreakerRegistry {
-    BreakerRegistry::new(BreakerConfig {
-        consecutive_failures: consecutive,
-        ..BreakerConfig::default()
-    })
-    .unwrap()
-}
-
 fn req(method: Method, url: String, key: Option<&str>) -> Request<Full<Bytes>> {
     let mut b = Request::builder().method(method).uri(url);
     if let Some(key) = key {
@@ -49,7 +41,7 @@ fn req(method: Method, url: String, key: Option<&str>) -> Request<Full<Bytes>> {
 #[tokio::test]
 async fn a_503_then_200_is_retried_and_succeeds() {
     let (addr, rec) = support::start().await;
-    let svc = stack(registry(5), 3);
+    let svc = stack(support::registry(5), 3);
     let res = svc
         .oneshot(req(Method::GET, format!("http://{addr}/flaky"), None))
         .await
@@ -61,7 +53,7 @@ async fn a_503_then_200_is_retried_and_succeeds() {
 #[tokio::test]
 async fn a_429_with_retry_after_waits_before_the_retry() {
     let (addr, rec) = support::start().await;
-    let svc = stack(registry(5), 3);
+    let svc = stack(support::registry(5), 3);
     let res = svc
         .oneshot(req(Method::GET, format!("http://{addr}/ratelimited"), None))
         .await
@@ -78,7 +70,7 @@ async fn a_429_with_retry_after_waits_before_the_retry() {
 #[tokio::test]
 async fn client_errors_return_at_once_and_are_not_counted() {
     let (addr, rec) = support::start().await;
-    let reg = registry(2);
+    let reg = support::registry(2);
     let mut svc = stack(reg.clone(), 3);
     for path in ["/bad", "/missing"] {
         for _ in 0..5 {
@@ -105,7 +97,7 @@ async fn client_errors_return_at_once_and_are_not_counted() {
 async fn a_failing_host_opens_its_breaker_while_another_host_stays_closed() {
     let (addr, rec) = support::start().await;
     let port = addr.port();
-    let reg = registry(3);
+    let reg = support::registry(3);
     let mut svc = stack(reg.clone(), 1);
     for _ in 0..3 {
         let res = svc
@@ -156,7 +148,7 @@ async fn a_failing_host_opens_its_breaker_while_another_host_stays_closed() {
 async fn post_is_retried_only_with_an_idempotency_key() {
     let (addr, rec) = support::start().await;
     let url = format!("http://{addr}/post503");
-    let res = stack(registry(10), 3)
+    let res = stack(support::registry(10), 3)
         .oneshot(req(Method::POST, url.clone(), None))
         .await
         .unwrap();
@@ -167,7 +159,7 @@ async fn post_is_retried_only_with_an_idempotency_key() {
         "a POST without a key is never repeated"
     );
 
-    let res = stack(registry(10), 3)
+    let res = stack(support::registry(10), 3)
         .oneshot(req(Method::POST, url, Some("order-1")))
         .await
         .unwrap();
@@ -181,7 +173,7 @@ async fn a_refused_connection_is_connection_failed() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
-    let err = stack(registry(10), 1)
+    let err = stack(support::registry(10), 1)
         .oneshot(req(Method::GET, format!("http://127.0.0.1:{port}/"), None))
         .await
         .unwrap_err();

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use toolshield::cancel::CancelLayer;
-use toolshield_breaker::{BreakerConfig, BreakerLayer, BreakerRegistry, CircuitState};
+use toolshield_breaker::{BreakerLayer, BreakerRegistry, CircuitState};
 use toolshield_core::{ErrorKind, ToolError};
 use toolshield_http::hyper_client;
 use toolshield_timeout::TimeoutLayer;
@@ -33,18 +33,10 @@ fn bare_stack(
         .service(hyper_client())
 }
 
-fn registry(consecutive: u32) -> BreakerRegistry {
-    BreakerRegistry::new(BreakerConfig {
-        consecutive_failures: consecutive,
-        ..BreakerConfig::default()
-    })
-    .unwrap()
-}
-
 #[tokio::test]
 async fn an_answer_passes_through_the_layers_on_a_bare_client() {
     let (addr, rec) = support::start().await;
-    let res = bare_stack(registry(5))
+    let res = bare_stack(support::registry(5))
         .oneshot(get(format!("http://{addr}/ok")))
         .await
         .unwrap();
@@ -55,7 +47,7 @@ async fn an_answer_passes_through_the_layers_on_a_bare_client() {
 #[tokio::test]
 async fn a_refused_connection_is_connection_failed_and_opens_the_breaker() {
     let addr = support::refusing_addr();
-    let reg = registry(2);
+    let reg = support::registry(2);
     let svc = bare_stack(reg.clone());
     for _ in 0..2 {
         let err = svc
@@ -87,7 +79,7 @@ async fn a_dropped_connection_is_an_error_that_is_not_retried_blindly() {
     // The server read the request and dropped the connection without an answer: the
     // request may have taken effect, so the generic classification does not call it
     // retriable (HttpErrorLayer, which knows the method, may).
-    let err = bare_stack(registry(5))
+    let err = bare_stack(support::registry(5))
         .oneshot(get(format!("http://{addr}/anything")))
         .await
         .unwrap_err();
@@ -103,7 +95,7 @@ async fn tower_middleware_and_the_layers_stack_in_either_order_on_the_client() {
     let svc = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_secs(5)))
         .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(5)))
-        .layer(BreakerLayer::new(registry(5)))
+        .layer(BreakerLayer::new(support::registry(5)))
         .service(hyper_client());
     let res = svc.oneshot(get(format!("http://{addr}/ok"))).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);

@@ -14,39 +14,47 @@ use toolshield_retry::{BackoffStrategy, RetryLayer};
 use toolshield_test::{gaps, ScriptedTool};
 use tower::{Layer, ServiceExt};
 
+const BASE: Duration = Duration::from_millis(100);
+
+/// The gaps between the three attempts of one call through a retry layer with
+/// decorrelated jitter from `BASE`, the tool failing twice as `script` says, then
+/// answering.
+async fn gaps_of(script: [Result<toolshield_core::ToolResponse, ToolError>; 3]) -> Vec<Duration> {
+    let tool = ScriptedTool::new(script);
+    let layer = RetryLayer::new(3)
+        .without_budget()
+        .with_backoff(BackoffStrategy::decorrelated(
+            BASE,
+            Duration::from_secs(120),
+        ));
+    let res = layer
+        .layer(tool.service())
+        .oneshot(read_request())
+        .await
+        .unwrap();
+    assert_eq!(res.provenance.attempts, 3);
+    gaps(&tool.seen())
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_wait_after_a_retry_after_grows_from_the_base_not_from_the_peers_wait() {
-    let base = Duration::from_millis(100);
     // Twenty calls: with the Retry-After taken as the previous delay, the computed wait
     // would be uniform over [100 ms, 60 s], and at most 300 ms once in 200 on average.
     for _ in 0..20 {
-        let tool = ScriptedTool::new([
+        let gaps = gaps_of([
             Err(ToolError::new(ErrorKind::UpstreamUnavailable, "503")
                 .with_retry_after(Duration::from_secs(20))),
             err(ErrorKind::ConnectionFailed),
             ok(),
-        ]);
-        let layer =
-            RetryLayer::new(3)
-                .without_budget()
-                .with_backoff(BackoffStrategy::decorrelated(
-                    base,
-                    Duration::from_secs(120),
-                ));
-        let res = layer
-            .layer(tool.service())
-            .oneshot(read_request())
-            .await
-            .unwrap();
-        assert_eq!(res.provenance.attempts, 3);
-        let gaps = gaps(&tool.seen());
+        ])
+        .await;
         assert_eq!(
             gaps[0],
             Duration::from_secs(20),
             "the Retry-After is waited whole"
         );
         assert!(
-            gaps[1] >= base && gaps[1] <= base * 3,
+            gaps[1] >= BASE && gaps[1] <= BASE * 3,
             "the first computed wait is drawn from [base, 3 x base], got {:?}",
             gaps[1]
         );
@@ -56,31 +64,18 @@ async fn the_wait_after_a_retry_after_grows_from_the_base_not_from_the_peers_wai
 #[tokio::test(start_paused = true)]
 async fn a_computed_wait_still_grows_the_next_one() {
     // Without a Retry-After in between, decorrelated jitter does grow: over many calls
-    // some third wait exceeds 3 x base, which only a grown "previous" allows.
-    let base = Duration::from_millis(100);
+    // some second wait exceeds 3 x base, which only a grown "previous" allows.
     let mut grew = false;
     for _ in 0..50 {
-        let tool = ScriptedTool::new([
+        let gaps = gaps_of([
             err(ErrorKind::ConnectionFailed),
             err(ErrorKind::ConnectionFailed),
             ok(),
-        ]);
-        let layer =
-            RetryLayer::new(3)
-                .without_budget()
-                .with_backoff(BackoffStrategy::decorrelated(
-                    base,
-                    Duration::from_secs(120),
-                ));
-        layer
-            .layer(tool.service())
-            .oneshot(read_request())
-            .await
-            .unwrap();
-        let gaps = gaps(&tool.seen());
-        assert!(gaps[0] >= base && gaps[0] <= base * 3);
-        assert!(gaps[1] >= base && gaps[1] <= gaps[0] * 3);
-        grew |= gaps[1] > base * 3;
+        ])
+        .await;
+        assert!(gaps[0] >= BASE && gaps[0] <= BASE * 3);
+        assert!(gaps[1] >= BASE && gaps[1] <= gaps[0] * 3);
+        grew |= gaps[1] > BASE * 3;
     }
     assert!(grew, "the second computed wait never grew past 3 x base");
 }

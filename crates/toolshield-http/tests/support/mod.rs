@@ -222,3 +222,12 @@ pub fn shield() -> toolshield::shield::Shield {
     .unwrap();
     toolshield::shield::Shield::from_config(cfg).unwrap()
 }
+
+/// A breaker registry that opens a key after `consecutive` failures in a row.
+pub fn registry(consecutive: u32) -> toolshield_breaker::BreakerRegistry {
+    toolshield_breaker::BreakerRegistry::new(toolshield_breaker::BreakerConfig {
+        consecutive_failures: consecutive,
+        ..toolshield_breaker::BreakerConfig::default()
+    })
+    .unwrap()
+}
