@@ -47,7 +47,21 @@ enum Backend {
 
 impl Backend {
     /// Sends `cmd` (no timeout of its own: the caller bounds it).
+    ///
+    /// A refused connection is sent once more: the command never left, since there was
+    /// no connection to send it on. After an outage long enough for every reconnection
+    /// attempt to fail, the client holds that failed connection, answers the next command
+    /// with its error and only then connects anew; without the second send, the first
+    /// command after Redis came back would fail against a healthy server. Any other
+    /// error may come after the command was sent, and is returned as it is.
     async fn send<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
+        match self.send_once(cmd).await {
+            Err(e) if e.is_connection_refusal() => self.send_once(cmd).await,
+            result => result,
+        }
+    }
+
+    async fn send_once<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
         // Both handles are cheap clones of a channel to one background task.
         match self {
             Backend::Node(m) => cmd.query_async(&mut m.clone()).await,
