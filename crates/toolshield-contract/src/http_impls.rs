@@ -10,7 +10,10 @@
 //! - the [`CallKind`] follows the method ([`http_method_kind`]) unless the state says
 //!   otherwise;
 //! - the idempotency key is the `Idempotency-Key` header (IETF draft); a blank value, or
-//!   two different values, is no key.
+//!   two different values, is no key;
+//! - the caller, trace and run ids ([`ShieldRequest::call_meta`]) are those of a
+//!   [`CallIds`] extension the application inserts, none without one (never read from
+//!   headers: a caller could name its own run and escape its budget).
 //!
 //! Responses: 429 is `RATE_LIMITED` with its `Retry-After`, 408/425/502/503/504
 //! `UPSTREAM_UNAVAILABLE`, other 5xx `EXECUTION_FAILED`, 401/403 `UNAUTHORIZED`, 404
@@ -22,7 +25,8 @@ use std::time::Duration;
 use http::{Method, StatusCode};
 
 use crate::{
-    CallKind, CallState, ErrorKind, InBandFailure, ShieldRequest, ShieldResponse, SlowCall,
+    CallIds, CallKind, CallMeta, CallState, ErrorKind, InBandFailure, ShieldRequest,
+    ShieldResponse, SlowCall,
 };
 
 /// The `Idempotency-Key` header name (IETF draft `httpapi-idempotency-key-header`).
@@ -123,6 +127,13 @@ impl<B> ShieldRequest for http::Request<B> {
                 .and_then(CallState::kind)
                 .unwrap_or_else(|| http_method_kind(self.method())),
         )
+    }
+
+    fn call_meta(&self) -> CallMeta<'_> {
+        self.extensions()
+            .get::<CallIds>()
+            .map(CallIds::meta)
+            .unwrap_or_default()
     }
 
     fn call_idempotency_key(&self) -> Option<&str> {

@@ -34,7 +34,8 @@ pub use tokens::{AttemptGuard, CallTokens};
 /// caller needs no `tokio-util` dependency of its own (nor keep its version in step).
 pub use tokio_util::sync::CancellationToken;
 pub use traits::{
-    idempotency_key_of, CallMeta, Hedged, InBandFailure, ShieldRequest, ShieldResponse, SlowCall,
+    idempotency_key_of, CallIds, CallMeta, Hedged, InBandFailure, ShieldRequest, ShieldResponse,
+    SlowCall,
 };
 
 /// tower's boxed error, which the generic layers accept from inner services and convert

@@ -35,6 +35,72 @@ impl<'a> CallMeta<'a> {
     }
 }
 
+/// The caller, trace and run ids of a request whose type has no fields for them, kept in
+/// its extensions: an `http::Request` reads them from there as its
+/// [`call_meta`](ShieldRequest::call_meta), so the budget layer (per run or per caller)
+/// and the metrics spans see them.
+///
+/// The application sets them from what it has authenticated, never from what the
+/// request says of itself: a caller that picks its own id could move to a fresh budget
+/// with every call. Each id is an `Arc<str>`, so a retry's or hedge's copy of the request
+/// shares it.
+///
+/// ```
+/// # #[cfg(feature = "http")] {
+/// use toolshield_contract::{CallIds, ShieldRequest};
+///
+/// let mut req = http::Request::get("http://api.example.com/search").body(()).unwrap();
+/// req.extensions_mut().insert(CallIds::new().run_id("run-7").caller("agent-a"));
+/// assert_eq!(req.call_meta().run_id, Some("run-7"));
+/// assert_eq!(req.call_meta().caller, Some("agent-a"));
+/// # }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallIds {
+    caller: Option<Arc<str>>,
+    trace_id: Option<Arc<str>>,
+    run_id: Option<Arc<str>>,
+}
+
+impl CallIds {
+    /// No ids.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the caller (an agent, a user, a tenant).
+    #[must_use]
+    pub fn caller(mut self, caller: impl Into<Arc<str>>) -> Self {
+        self.caller = Some(caller.into());
+        self
+    }
+
+    /// Sets the distributed trace the call belongs to.
+    #[must_use]
+    pub fn trace_id(mut self, trace_id: impl Into<Arc<str>>) -> Self {
+        self.trace_id = Some(trace_id.into());
+        self
+    }
+
+    /// Sets the agent run the call belongs to.
+    #[must_use]
+    pub fn run_id(mut self, run_id: impl Into<Arc<str>>) -> Self {
+        self.run_id = Some(run_id.into());
+        self
+    }
+
+    /// The ids, borrowed, as [`ShieldRequest::call_meta`] gives them.
+    #[must_use]
+    pub fn meta(&self) -> CallMeta<'_> {
+        CallMeta::new(
+            self.caller.as_deref(),
+            self.trace_id.as_deref(),
+            self.run_id.as_deref(),
+        )
+    }
+}
+
 /// What a generic layer asks of a request: only what its concern needs, each with a
 /// default, so any type can be a request.
 ///
@@ -44,7 +110,7 @@ impl<'a> CallMeta<'a> {
 /// | [`call_name`](Self::call_name) | breaker (default key), metrics (label) | the layer's own name |
 /// | [`call_kind`](Self::call_kind) | retry (a mutation without a key is never repeated) | unknown: retried like an idempotent call, as tower's `Retry` does |
 /// | [`call_idempotency_key`](Self::call_idempotency_key) | retry, hedge, idempotency (through [`idempotency_key_of`]: blank is none) | none |
-/// | [`call_meta`](Self::call_meta) | metrics (span fields) | no ids |
+/// | [`call_meta`](Self::call_meta) | metrics (span fields), budget (the run and caller it charges) | no ids |
 /// | [`begin_attempt`](Self::begin_attempt) | retry | the state's, if any |
 ///
 /// Implemented for `ToolRequest` (every method), `http::Request<B>` (feature `http`: the
