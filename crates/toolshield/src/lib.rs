@@ -28,8 +28,8 @@ pub use toolshield_validate as validate;
 pub mod cli;
 
 pub use toolshield_core::{
-    CallKind, Classify, DefaultClassifier, ErrorKind, Outcome, Provenance, ProvenanceBox,
-    ToolError, ToolRequest, ToolResponse, ToolResult,
+    CallIds, CallKind, Classify, DefaultClassifier, ErrorKind, IntoToolError, Outcome, Provenance,
+    ProvenanceBox, ToolError, ToolRequest, ToolResponse, ToolResult,
 };
 
 pub mod collectors;
