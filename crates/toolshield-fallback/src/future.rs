@@ -10,8 +10,8 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Sleep};
-use toolshield_core::IntoToolError;
-use toolshield_core::{
+use toolshield_contract::IntoToolError;
+use toolshield_contract::{
     time, AttemptGuard, CallKind, CallState, ErrorKind, InBandFailure, ShieldRequest,
     ShieldResponse, ToolError,
 };
@@ -325,7 +325,7 @@ fn hook_panicked(
     payload: &Box<dyn std::any::Any + Send>,
     errors: &[(Arc<str>, ToolError)],
 ) -> ToolError {
-    let text = toolshield_core::panic::payload_text(&**payload);
+    let text = toolshield_contract::panic::payload_text(&**payload);
     tracing::error!(
         target: "toolshield::fallback",
         panic = text,
@@ -343,7 +343,7 @@ fn hook_panicked(
 /// never put in the error (it may hold anything).
 #[cold]
 fn predicate_panicked(tier: &str, payload: &Box<dyn std::any::Any + Send>) -> ToolError {
-    let text = toolshield_core::panic::payload_text(&**payload);
+    let text = toolshield_contract::panic::payload_text(&**payload);
     tracing::error!(
         target: "toolshield::fallback",
         tier,

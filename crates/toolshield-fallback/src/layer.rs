@@ -5,9 +5,9 @@ use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use toolshield_core::panic::CatchPanicLayer;
-use toolshield_core::IntoToolError;
-use toolshield_core::{ShieldRequest, ToolError, ToolRequest, ToolResponse};
+use toolshield_contract::panic::CatchPanicLayer;
+use toolshield_contract::IntoToolError;
+use toolshield_contract::{ShieldRequest, ToolError};
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 use tower_layer::Layer;
@@ -20,7 +20,7 @@ use crate::stats::FallbackStats;
 
 /// Configures a fallback chain; [`Layer::layer`] puts it around the primary service.
 /// Every service built from one layer shares its [`FallbackStats`].
-pub struct FallbackLayer<Req = ToolRequest, Res = ToolResponse> {
+pub struct FallbackLayer<Req, Res> {
     shared: Arc<Shared<Req, Res>>,
 }
 
@@ -32,9 +32,13 @@ impl<Req, Res> Clone for FallbackLayer<Req, Res> {
     }
 }
 
-impl Default for FallbackLayer {
+impl<Req, Res> Default for FallbackLayer<Req, Res>
+where
+    Req: ShieldRequest + Send + 'static,
+    Res: Send + 'static,
+{
     fn default() -> Self {
-        Self::new()
+        Self::empty()
     }
 }
 
@@ -49,20 +53,19 @@ impl<Req, Res> fmt::Debug for FallbackLayer<Req, Res> {
     }
 }
 
-impl FallbackLayer {
-    /// An empty chain of tools (`ToolRequest` in, `ToolResponse` out): a pass-through
-    /// until tiers are added. [`FallbackLayer::empty`] starts one for any request type.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::empty()
-    }
-}
-
 impl<Req, Res> FallbackLayer<Req, Res>
 where
     Req: ShieldRequest + Send + 'static,
     Res: Send + 'static,
 {
+    /// An empty chain (a pass-through until tiers are added); the request and response
+    /// types are those of the tiers and the service it is put around (`ToolRequest` and
+    /// `ToolResponse` for tools, `http::Request<B>` and `http::Response<B>` for a client).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::empty()
+    }
+
     /// An empty chain for requests of type `Req` (a pass-through until tiers are added).
     #[must_use]
     pub fn empty() -> Self {

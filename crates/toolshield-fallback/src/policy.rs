@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolshield_core::{CallKind, ErrorKind, ShieldRequest, ToolError, ToolRequest, ToolResponse};
+use toolshield_contract::{CallKind, ErrorKind, ShieldRequest, ToolError};
 
 /// The default hand-over rule.
 ///
@@ -26,7 +26,7 @@ pub fn default_hand_over<Req: ShieldRequest>(req: &Req, error: &ToolError) -> bo
 
 /// What the application decides when every tier failed.
 #[derive(Debug)]
-pub enum Escalation<Req = ToolRequest, Res = ToolResponse> {
+pub enum Escalation<Req, Res> {
     /// Return the combined error.
     Abort,
     /// Return this response instead (marked with tier `escalation`).
@@ -45,7 +45,7 @@ pub enum Escalation<Req = ToolRequest, Res = ToolResponse> {
 
 /// Every tier's failure, handed to the escalation hook.
 #[derive(Debug, Clone)]
-pub struct FallbackFailure<Req = ToolRequest> {
+pub struct FallbackFailure<Req> {
     /// The request of the last round.
     pub request: Req,
     /// `(tier, error)` for the primary (named `primary`) and each tier that ran.

@@ -4,10 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use toolshield_core::IntoToolError;
-use toolshield_core::{
-    CallKind, ShieldRequest, ShieldResponse, ToolError, ToolRequest, ToolResponse,
-};
+use toolshield_contract::IntoToolError;
+use toolshield_contract::{CallKind, ShieldRequest, ShieldResponse, ToolError};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -16,7 +14,7 @@ use crate::stats::FallbackStats;
 
 /// Calls the primary service and, when it fails in a way a tier accepts, the tiers in
 /// order.
-pub struct Fallback<S, Req = ToolRequest, Res = ToolResponse> {
+pub struct Fallback<S, Req, Res> {
     inner: S,
     shared: Arc<Shared<Req, Res>>,
 }

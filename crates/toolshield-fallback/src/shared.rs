@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use toolshield_core::ToolError;
+use toolshield_contract::ToolError;
 use tower::util::BoxCloneSyncService;
 
 use crate::policy::{Escalation, FallbackFailure};

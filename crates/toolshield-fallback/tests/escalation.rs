@@ -116,9 +116,11 @@ async fn a_panicking_escalation_hook_ends_the_call_with_internal() {
     let (p, m) = (counter(), counter());
     let svc = FallbackLayer::new()
         .tier("mirror", failing(&m, ErrorKind::Timeout))
-        .escalate(|_failure| -> std::future::Ready<Escalation> {
-            panic!("secret sk_live_123 in the hook")
-        })
+        .escalate(
+            |_failure| -> std::future::Ready<Escalation<ToolRequest, ToolResponse>> {
+                panic!("secret sk_live_123 in the hook")
+            },
+        )
         .layer(failing(&p, ErrorKind::CircuitOpen));
     let read = ToolRequest::new("search", json!({})).kind(CallKind::ReadOnly);
     let err = svc.oneshot(read).await.unwrap_err();

@@ -739,7 +739,7 @@ impl Shield {
         &self,
         tool: &str,
         service: S,
-        fallback: Option<FallbackLayer>,
+        fallback: Option<FallbackLayer<ToolRequest, ToolResponse>>,
     ) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
            + Clone
            + Send
@@ -758,7 +758,7 @@ impl Shield {
         &self,
         tool: &str,
         service: S,
-        fallback: Option<FallbackLayer>,
+        fallback: Option<FallbackLayer<ToolRequest, ToolResponse>>,
         key: BreakerKey,
     ) -> impl Service<ToolRequest, Response = ToolResponse, Error = ToolError, Future: Send>
            + Clone
@@ -859,7 +859,7 @@ fn tool_stack<S: ToolService>(
     tool: &str,
     key: BreakerKey,
     provenance: &ProvenanceLayer,
-    fallback: Option<FallbackLayer>,
+    fallback: Option<FallbackLayer<ToolRequest, ToolResponse>>,
     flow: &Flow,
     service: S,
 ) -> Select<
@@ -1122,7 +1122,7 @@ impl RouterBuilder {
         &self,
         name: &str,
         service: S,
-        fallback: Option<FallbackLayer>,
+        fallback: Option<FallbackLayer<ToolRequest, ToolResponse>>,
         key: BreakerKey,
     ) -> BoxTool {
         // No panic leaves a route: the shield catches the tool's innermost, this catches
@@ -1138,7 +1138,12 @@ impl RouterBuilder {
     }
 
     /// Registers `service` for calls of `tool`, with a fallback chain.
-    pub fn tool_with_fallback<S>(mut self, tool: &str, service: S, fallback: FallbackLayer) -> Self
+    pub fn tool_with_fallback<S>(
+        mut self,
+        tool: &str,
+        service: S,
+        fallback: FallbackLayer<ToolRequest, ToolResponse>,
+    ) -> Self
     where
         S: ToolService,
     {
