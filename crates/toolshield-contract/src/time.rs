@@ -108,22 +108,51 @@ pub fn unix_nanos(at: Instant) -> i64 {
     let stale = rebased == 0
         || u64::try_from(mono).is_ok_and(|m| m.saturating_sub(rebased - 1) >= REBASE_EVERY_NS);
     let offset = if stale {
-        let mono_now = since(origin, std::time::Instant::now());
+        // The wall clock is read between two monotonic readings, so the offset it gives
+        // is known to lie in `[wall - after, wall - before]`; how wide that is depends on
+        // how long the thread waited between the reads.
+        let before = since(origin, std::time::Instant::now());
         let wall_now = match SystemTime::now().duration_since(UNIX_EPOCH) {
             Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
             Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
         };
-        let offset = wall_now.saturating_sub(mono_now);
-        OFFSET_NS.store(offset, Ordering::Relaxed);
+        let after = since(origin, std::time::Instant::now());
+        let old = (rebased != 0).then(|| OFFSET_NS.load(Ordering::Acquire));
+        let offset = rebased_offset(old, before, wall_now, after);
+        match old {
+            // Another thread may have moved the offset on meanwhile: never back.
+            Some(old) if offset >= old => {
+                OFFSET_NS.fetch_max(offset, Ordering::AcqRel);
+            }
+            _ => OFFSET_NS.store(offset, Ordering::Release),
+        }
         REBASED_NS.store(
-            u64::try_from(mono_now).unwrap_or(0).saturating_add(1),
+            u64::try_from(after).unwrap_or(0).saturating_add(1),
             Ordering::Release,
         );
-        offset
+        OFFSET_NS.load(Ordering::Acquire)
     } else {
         OFFSET_NS.load(Ordering::Relaxed)
     };
     mono.saturating_add(offset)
+}
+
+/// The offset (wall-clock minus monotonic nanoseconds) a re-base sets, from the one in
+/// use (`None` before the first) and a wall-clock reading `wall` taken between the
+/// monotonic readings `before` and `after`.
+///
+/// The reading proves the offset lies in `[wall - after, wall - before]`. The offset in use
+/// is kept while it lies in that range, or moved up to its low end: sampling noise (the
+/// thread preempted between the reads) never moves derived times back, so a stamp taken
+/// later never reads earlier than one taken before it. Only a reading that proves the
+/// system clock was set back (the whole range below the offset in use) moves it down.
+fn rebased_offset(old: Option<i64>, before: i64, wall: i64, after: i64) -> i64 {
+    let low = wall.saturating_sub(after);
+    let high = wall.saturating_sub(before);
+    match old {
+        Some(old) if high >= old => old.max(low),
+        _ => low,
+    }
 }
 
 /// A [`SystemTime`] shown as RFC 3339 in UTC with milliseconds; times before 1970 show as
@@ -211,6 +240,59 @@ mod tests {
         let read = SystemTime::now();
         let apart = read.duration_since(wall_a).unwrap_or_else(|e| e.duration());
         assert!(apart < Duration::from_secs(1), "{apart:?}");
+    }
+
+    #[test]
+    fn a_rebase_with_a_noisy_reading_never_moves_derived_times_back() {
+        let old = 1_000_000;
+        // The offset in use lies in the reading's range: kept, however the thread was
+        // delayed between the reads (a delay of 3 ms here: range [997_000, 1_000_000+]).
+        assert_eq!(
+            rebased_offset(Some(old), 5_000_000, 6_000_000, 5_003_000),
+            old
+        );
+        assert_eq!(
+            rebased_offset(Some(old), 5_000_000, 6_000_100, 5_000_050),
+            old + 50
+        );
+        // A whole range above: the system clock moved on; the offset follows to its
+        // low end, never past what the reading proves.
+        assert_eq!(
+            rebased_offset(Some(old), 5_000_000, 6_500_000, 5_000_010),
+            1_499_990
+        );
+        // A whole range below: the system clock was set back; followed.
+        assert_eq!(
+            rebased_offset(Some(old), 5_000_000, 5_400_000, 5_000_010),
+            399_990
+        );
+        // The first base takes the low end.
+        assert_eq!(
+            rebased_offset(None, 5_000_000, 6_000_000, 5_000_010),
+            999_990
+        );
+    }
+
+    #[test]
+    fn derived_times_never_go_back_across_rebases() {
+        // Many rebases on several threads at once, each taking its readings as the
+        // scheduler lets it: a stamp of a later reading never reads earlier.
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    let mut last = i64::MIN;
+                    for _ in 0..200_000 {
+                        // A reading 2 s on from the last base: a re-base on every call.
+                        let t = unix_nanos(Instant::now() + Duration::from_secs(2));
+                        assert!(t >= last, "went back by {} ns", last - t);
+                        last = t;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no thread went back");
+        }
     }
 
     #[test]
