@@ -600,7 +600,7 @@ impl ToolError {
 
 /// An inner service's error, as the layers take it: anything tower's own middleware
 /// accepts (`Into<BoxError>`: every `std::error::Error + Send + Sync`, `String`, `&str`,
-/// tower's `BoxError`), so a layer stacks onto a hyper or reqwest client, an axum route or
+/// tower's `BoxError`), so a layer stacks onto a hyper client, an axum route or
 /// a `service_fn` with no `map_err` in between.
 ///
 /// Implemented for every such type; not implemented by hand. A [`ToolError`] is passed
