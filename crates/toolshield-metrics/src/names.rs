@@ -34,7 +34,7 @@ pub const CIRCUIT_BREAKER_REJECTIONS_TOTAL: &str = "circuit_breaker_rejections_t
 pub const OTHER_TOOL: &str = "other";
 
 /// The `status` of a logical call and the `outcome` of an attempt: the same five values
-/// as the `status` of the [`ToolResult`](toolshield_contract::ToolResult) envelope.
+/// as the `status` of the `ToolResult` envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
     /// Succeeded.
