@@ -105,7 +105,7 @@ fn a_json_error_is_invalid_input_without_the_values_it_quotes() {
     assert!(!e.message().contains("4111"), "{}", e.message());
 }
 
-/// An error whose chain of sources leads back to itself, as a buggy or hostile error
+/// An error whose chain of sources leads back to itself, as a faulty error
 /// type's may.
 #[derive(Debug)]
 struct Loop;
