@@ -188,7 +188,7 @@ async fn metrics_compose_with_tower_in_both_orders() {
 
 #[tokio::test]
 async fn fallback_composes_with_tower_in_both_orders() {
-    with_every_tower_layer!(FallbackLayer::empty());
+    with_every_tower_layer!(FallbackLayer::new());
 }
 
 #[tokio::test]
@@ -200,7 +200,7 @@ async fn fallback_hands_a_plain_request_to_the_next_tier() {
     });
     let mirror = service_fn(|q: String| async move { Ok::<_, BoxError>(format!("mirror: {q}")) });
     let svc = ServiceBuilder::new()
-        .layer(FallbackLayer::empty().tier("mirror", mirror))
+        .layer(FallbackLayer::new().tier("mirror", mirror))
         .service(down);
     assert_eq!(svc.oneshot("q".to_owned()).await.unwrap(), "mirror: q");
 }

@@ -474,7 +474,7 @@ async fn a_fallback_tier_sharing_the_primarys_limit_of_one_is_polled_ready_first
 
     let gauge = Arc::new(Gauge::default());
     let limit = ConcurrencyLimit::new(plain(&gauge, &[0], Duration::from_millis(10)), 1);
-    let svc = FallbackLayer::<String, String>::empty()
+    let svc = FallbackLayer::<String, String>::new()
         .tier("same-limit", limit.clone())
         .layer(limit);
     assert_eq!(svc.oneshot("q".to_owned()).await.unwrap(), "q:1");
@@ -521,7 +521,7 @@ async fn a_fallback_tiers_readiness_error_comes_back_classified() {
     let gauge = Arc::new(Gauge::default());
     let tier = ReadyFails::new(0);
     let calls = Arc::clone(&tier.calls);
-    let svc = FallbackLayer::<String, String>::empty()
+    let svc = FallbackLayer::<String, String>::new()
         .tier("broken", tier)
         .layer(plain(&gauge, &[0], Duration::ZERO));
     let err = svc.oneshot("q".to_owned()).await.unwrap_err();
@@ -581,7 +581,7 @@ async fn timeout_deadline_cancel_breaker_and_metrics_pass_backpressure_and_free_
     passes_backpressure_and_frees_on_drop(BreakerLayer::default()).await;
     passes_backpressure_and_frees_on_drop(MetricsLayer::new(["lookup"]).unwrap()).await;
     passes_backpressure_and_frees_on_drop(no_backoff(3)).await;
-    passes_backpressure_and_frees_on_drop(FallbackLayer::empty()).await;
+    passes_backpressure_and_frees_on_drop(FallbackLayer::new()).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -639,7 +639,7 @@ async fn every_generic_layer_reports_an_inner_readiness_error_classified() {
     check(BreakerLayer::default()).await;
     check(MetricsLayer::new(["lookup"]).unwrap()).await;
     check(no_backoff(3)).await;
-    check(FallbackLayer::<String, String>::empty()).await;
+    check(FallbackLayer::<String, String>::new()).await;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ where
     Res: Send + 'static,
 {
     fn default() -> Self {
-        Self::empty()
+        Self::new()
     }
 }
 
@@ -63,12 +63,6 @@ where
     /// `ToolResponse` for tools, `http::Request<B>` and `http::Response<B>` for a client).
     #[must_use]
     pub fn new() -> Self {
-        Self::empty()
-    }
-
-    /// An empty chain for requests of type `Req` (a pass-through until tiers are added).
-    #[must_use]
-    pub fn empty() -> Self {
         Self::from_parts(Vec::new(), None, 1)
     }
 

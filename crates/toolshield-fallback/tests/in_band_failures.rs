@@ -59,7 +59,7 @@ fn read() -> ToolRequest {
 #[tokio::test]
 async fn a_retriable_in_band_failure_of_the_primary_hands_over_to_the_next_tier() {
     let [p, m] = counters();
-    let svc = FallbackLayer::<ToolRequest, Answer>::empty()
+    let svc = FallbackLayer::<ToolRequest, Answer>::new()
         .tier("mirror", answering(&m, "mirror", None))
         .layer(answering(
             &p,
@@ -76,7 +76,7 @@ async fn a_retriable_in_band_failure_of_the_primary_hands_over_to_the_next_tier(
 async fn an_in_band_failure_no_tier_takes_goes_back_as_the_response_it_was() {
     let [p, m] = counters();
     // NOT_FOUND is not handed over by the default rule.
-    let svc = FallbackLayer::<ToolRequest, Answer>::empty()
+    let svc = FallbackLayer::<ToolRequest, Answer>::new()
         .tier("mirror", answering(&m, "mirror", None))
         .layer(answering(
             &p,
@@ -126,7 +126,7 @@ async fn a_tier_predicate_sees_an_mcp_is_error_result_as_execution_failed() {
 #[tokio::test]
 async fn when_every_tier_answers_an_in_band_failure_the_error_lists_each_of_them() {
     let [p, m, s] = counters();
-    let svc = FallbackLayer::<ToolRequest, Answer>::empty()
+    let svc = FallbackLayer::<ToolRequest, Answer>::new()
         .tier(
             "mirror",
             answering(
@@ -163,7 +163,7 @@ async fn when_every_tier_answers_an_in_band_failure_the_error_lists_each_of_them
 #[tokio::test]
 async fn a_mutation_answered_with_an_in_band_failure_is_not_sent_to_another_tier() {
     let [p, m] = counters();
-    let svc = FallbackLayer::<ToolRequest, Answer>::empty()
+    let svc = FallbackLayer::<ToolRequest, Answer>::new()
         .tier("mirror", answering(&m, "mirror", None))
         .layer(answering(
             &p,

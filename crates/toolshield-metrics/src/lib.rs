@@ -14,19 +14,10 @@
 //! - `toolshield::collectors::BreakerMetrics` (in the facade) exports `circuit_breaker_state{key,state}`,
 //!   `circuit_breaker_transitions_total{key,from,to}` and
 //!   `circuit_breaker_rejections_total{key}` from a breaker registry at scrape time.
-#![cfg_attr(
-    feature = "prometheus",
-    doc = "- [`install_prometheus`] installs a Prometheus recorder and returns a
-  [`PrometheusExporter`] to render; [`local_prometheus`] builds one that is not global
-  (feature `prometheus`)."
-)]
-#![cfg_attr(
-    not(feature = "prometheus"),
-    doc = "- `install_prometheus` installs a Prometheus recorder and returns a
-  `PrometheusExporter` to render; `local_prometheus` builds one that is not global
-  (feature `prometheus`, off: the layers record into the global recorder or the
-  `MetricsTarget` they are given)."
-)]
+//! - `install_prometheus` installs a Prometheus recorder and returns a
+//!   `PrometheusExporter` to render; `local_prometheus` builds one that is not global
+//!   (feature `prometheus`; without it the layers record into the global recorder or the
+//!   `MetricsTarget` they are given).
 //!
 //! `status` and `outcome` take the five values of the `ToolResult` envelope (`success`,
 //! `error`, `timeout`, `circuit_open`, `cancelled`), `code` the canonical error codes. The
