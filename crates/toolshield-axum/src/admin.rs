@@ -442,8 +442,21 @@ pub(crate) async fn act(
                     ),
                 ));
             }
+            let target = creation_target(&state.registries, &params, &key)?;
+            // Within the registry's bound: a breaker under an override is never evicted,
+            // so keys created one request at a time would otherwise grow it without end.
+            if !target.1.insert(&key) {
+                return Err(refuse(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "registry `{}` holds its max_keys ({}) breakers and none is idle: no room for another key",
+                        target.0,
+                        target.1.config().max_keys
+                    ),
+                ));
+            }
             created = true;
-            vec![creation_target(&state.registries, &params, &key)?]
+            vec![target]
         } else {
             return Err(refuse(
                 StatusCode::NOT_FOUND,

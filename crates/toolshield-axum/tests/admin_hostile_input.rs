@@ -402,3 +402,67 @@ async fn creating_a_breaker_under_a_key_no_call_can_have_is_a_json_400() {
         Some(CircuitState::ForcedOpen)
     );
 }
+
+/// `?create=true` keeps the registry within `max_keys`: a breaker under an override is
+/// never evicted, so a caller of the admin API creating one key per request would grow
+/// the registry without end. A full registry evicts an idle breaker to make room; one
+/// full of forced breakers refuses the key with a JSON 409 and keeps what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_created_through_the_admin_api_stay_within_max_keys() {
+    let registry = BreakerRegistry::new(toolshield_breaker::BreakerConfig {
+        max_keys: 2,
+        ..Default::default()
+    })
+    .expect("config");
+    let base = server(&registry).await;
+    let create = |key: &'static str| {
+        send(
+            "POST",
+            format!("{base}/admin/breakers/{key}/open?create=true"),
+            Some(TOKEN),
+            None,
+            Vec::new(),
+        )
+    };
+    for key in ["a", "b"] {
+        let a = create(key).await;
+        assert_eq!(a.status, 200, "{key}: {a:?}");
+        assert_eq!(a.body["created"], true, "{key}: {a:?}");
+    }
+    for key in ["c", "d", "e"] {
+        let a = create(key).await;
+        assert_json_refusal(&a, 409, key);
+        assert!(registry.status(key).is_none(), "{key} was not created");
+    }
+    assert_eq!(registry.len(), 2);
+    assert_eq!(registry.state("a"), CircuitState::ForcedOpen);
+    assert_eq!(registry.state("b"), CircuitState::ForcedOpen);
+
+    // Reset lifts `a`'s override: an idle closed breaker, evicted to make room for `c`.
+    let a = send(
+        "POST",
+        format!("{base}/admin/breakers/a/reset"),
+        Some(TOKEN),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    let a = create("c").await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(registry.state("c"), CircuitState::ForcedOpen);
+    assert_eq!(registry.state("b"), CircuitState::ForcedOpen);
+    assert_eq!(registry.len(), 2);
+
+    // An action on a key the registry holds is never refused, full or not.
+    let a = send(
+        "POST",
+        format!("{base}/admin/breakers/b/close"),
+        Some(TOKEN),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(registry.state("b"), CircuitState::Disabled);
+}

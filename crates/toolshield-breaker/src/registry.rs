@@ -168,20 +168,45 @@ impl BreakerRegistry {
 
     /// The breaker of `key`, created if needed (the service's lookup on a cache miss).
     pub(crate) fn get_or_insert(&self, key: &str) -> Arc<BreakerState> {
+        self.held_or_inserted(key).unwrap_or_else(|| self.unkept())
+    }
+
+    /// Gives `key` a breaker of its own, closed and without override, unless the registry
+    /// holds one already, within [`max_keys`](BreakerConfig::max_keys): a full registry
+    /// first evicts idle breakers, as a call's lookup does. Returns whether the registry
+    /// holds a breaker for `key` afterwards: `false` when it is full of breakers that
+    /// cannot be evicted (in use, open, or under an override), or when `key` is longer than
+    /// [`MAX_KEY_LEN`] (no call runs under such a key).
+    ///
+    /// The manual overrides ([`force_open`](Self::force_open) and the others) create the
+    /// key's breaker whatever the bound, since an operator's action must not be refused;
+    /// an API that creates keys for remote callers (the admin API's `?create=true`)
+    /// inserts them here first, so that the keys it creates stay within the bound.
+    pub fn insert(&self, key: &str) -> bool {
+        if self.held_or_inserted(key).is_some() {
+            return true;
+        }
+        // A call's lookup sweeps a full registry at most once a sweep interval; a key
+        // asked for by name is worth a sweep of its own (two passes: the second takes what
+        // the first found used, if it was not used again in between).
+        key.len() <= MAX_KEY_LEN && self.sweep(2) > 0 && self.held_or_inserted(key).is_some()
+    }
+
+    /// The breaker the registry holds for `key`, created if the bound leaves room; `None`
+    /// when the key cannot be kept.
+    fn held_or_inserted(&self, key: &str) -> Option<Arc<BreakerState>> {
         if key.len() > MAX_KEY_LEN {
             // Never held for a call: the registry's memory is bounded by `max_keys` keys
             // of at most this length, whatever a key function returns. Only an operator's
             // override (`force_open` and the like) puts such a key in the map, and then
             // its calls run under it.
-            if let Some(s) = self.find(key) {
-                s.touch();
-                return s;
-            }
-            return self.unkept();
+            let s = self.find(key)?;
+            s.touch();
+            return Some(s);
         }
         if let Some(s) = Self::read(self.shard(key)).get(key) {
             s.touch();
-            return Arc::clone(s);
+            return Some(Arc::clone(s));
         }
         let inner = &self.inner;
         let config = &inner.core.config;
@@ -196,20 +221,17 @@ impl BreakerRegistry {
         if inner.len.load(Ordering::Acquire) >= config.max_keys {
             // Still full: no write lock for a key that cannot be kept, unless another call
             // inserted it meanwhile.
-            if let Some(s) = Self::read(self.shard(key)).get(key) {
-                s.touch();
-                return Arc::clone(s);
-            }
-            return self.unkept();
+            let held = Self::read(self.shard(key)).get(key).cloned()?;
+            held.touch();
+            return Some(held);
         }
         let mut map = Self::write(self.shard(key));
         if let Some(s) = map.get(key) {
             s.touch();
-            return Arc::clone(s);
+            return Some(Arc::clone(s));
         }
         if inner.len.load(Ordering::Acquire) >= config.max_keys {
-            drop(map);
-            return self.unkept();
+            return None;
         }
         let state = Arc::new(BreakerState::new(
             Arc::from(key),
@@ -218,7 +240,7 @@ impl BreakerRegistry {
         ));
         map.insert(Arc::clone(&state.key), Arc::clone(&state));
         inner.len.fetch_add(1, Ordering::AcqRel);
-        state
+        Some(state)
     }
 
     /// Takes the right to sweep now, for one call in a sweep interval.
@@ -633,5 +655,35 @@ mod tests {
         assert!(registry.status("open-0").is_none());
         assert_eq!(sweeps(&registry), 3);
         assert_eq!(registry.len(), 10_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn insert_keeps_keys_within_max_keys_and_never_counts_an_overflow() {
+        let registry = full_of_open_breakers(3);
+        assert!(registry.insert("open-1"), "a key held already");
+        assert!(!registry.insert("new"), "full of breakers that cannot go");
+        assert!(registry.status("new").is_none());
+        assert_eq!(registry.len(), 3);
+        assert_eq!(
+            registry.overflowed(),
+            0,
+            "no call ran under the overflow breaker"
+        );
+
+        // Within the same sweep interval, a breaker that can go makes room at once.
+        registry.reset("open-0");
+        assert!(registry.insert("new"));
+        assert!(
+            registry.status("open-0").is_none(),
+            "the idle breaker was evicted"
+        );
+        assert_eq!(registry.state("new"), CircuitState::Closed);
+        assert_eq!(registry.len(), 3);
+
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        assert!(
+            !BreakerRegistry::default().insert(&long),
+            "no call has this key"
+        );
     }
 }
