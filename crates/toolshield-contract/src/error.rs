@@ -625,25 +625,32 @@ pub trait IntoToolError: 'static {
     fn into_tool_error(self) -> ToolError;
 }
 
+impl ToolError {
+    /// What [`IntoToolError`] leaves in place of a `ToolError` it moves out: built in
+    /// constant time, and dropped with nothing to free.
+    const TAKEN: ToolError = ToolError {
+        kind: ErrorKind::Internal,
+        attempts: 0,
+        message: Cow::Borrowed(""),
+        details: None,
+    };
+}
+
 impl<E> IntoToolError for E
 where
     E: Into<crate::BoxError> + 'static,
 {
     #[inline]
-    fn into_tool_error(self) -> ToolError {
+    fn into_tool_error(mut self) -> ToolError {
         // A `ToolError` (every layer's own error) is passed on unboxed: the type check
-        // is resolved when the layer is compiled.
-        let mut slot = Some(self);
-        if let Some(own) = (&mut slot as &mut dyn std::any::Any)
-            .downcast_mut::<Option<ToolError>>()
-            .and_then(Option::take)
-        {
-            return own;
+        // is resolved when the layer is compiled. It is moved out in exchange for a
+        // constant whose drop does nothing, so that for a `ToolError` this compiles to
+        // nothing at all: no check of an `Option`'s tag, no copy of the `Result` it is
+        // in, on the success path of any layer either.
+        if let Some(own) = (&mut self as &mut dyn std::any::Any).downcast_mut::<ToolError>() {
+            return std::mem::replace(own, ToolError::TAKEN);
         }
-        match slot {
-            Some(error) => ToolError::from_boxed(error.into()),
-            None => ToolError::new(ErrorKind::Internal, "an inner error was taken twice"),
-        }
+        ToolError::from_boxed(self.into())
     }
 }
 
