@@ -415,15 +415,8 @@ async fn keys_created_through_the_admin_api_stay_within_max_keys() {
     })
     .expect("config");
     let base = server(&registry).await;
-    let create = |key: &'static str| {
-        send(
-            "POST",
-            format!("{base}/admin/breakers/{key}/open?create=true"),
-            Some(TOKEN),
-            None,
-            Vec::new(),
-        )
-    };
+    let post = |path: String| send("POST", format!("{base}{path}"), Some(TOKEN), None, vec![]);
+    let create = |key: &str| post(format!("/admin/breakers/{key}/open?create=true"));
     for key in ["a", "b"] {
         let a = create(key).await;
         assert_eq!(a.status, 200, "{key}: {a:?}");
@@ -439,14 +432,7 @@ async fn keys_created_through_the_admin_api_stay_within_max_keys() {
     assert_eq!(registry.state("b"), CircuitState::ForcedOpen);
 
     // Reset lifts `a`'s override: an idle closed breaker, evicted to make room for `c`.
-    let a = send(
-        "POST",
-        format!("{base}/admin/breakers/a/reset"),
-        Some(TOKEN),
-        None,
-        Vec::new(),
-    )
-    .await;
+    let a = post("/admin/breakers/a/reset".to_owned()).await;
     assert_eq!(a.status, 200, "{a:?}");
     let a = create("c").await;
     assert_eq!(a.status, 200, "{a:?}");
@@ -455,14 +441,7 @@ async fn keys_created_through_the_admin_api_stay_within_max_keys() {
     assert_eq!(registry.len(), 2);
 
     // An action on a key the registry holds is never refused, full or not.
-    let a = send(
-        "POST",
-        format!("{base}/admin/breakers/b/close"),
-        Some(TOKEN),
-        None,
-        Vec::new(),
-    )
-    .await;
+    let a = post("/admin/breakers/b/close".to_owned()).await;
     assert_eq!(a.status, 200, "{a:?}");
     assert_eq!(registry.state("b"), CircuitState::Disabled);
 }
