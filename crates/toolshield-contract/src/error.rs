@@ -644,9 +644,9 @@ where
     fn into_tool_error(mut self) -> ToolError {
         // A `ToolError` (every layer's own error) is passed on unboxed: the type check
         // is resolved when the layer is compiled. It is moved out in exchange for a
-        // constant whose drop does nothing, so that for a `ToolError` this compiles to
-        // nothing at all: no check of an `Option`'s tag, no copy of the `Result` it is
-        // in, on the success path of any layer either.
+        // constant with nothing to drop, not through an `Option`: the compiler kept the
+        // check of that `Option`'s tag, and rebuilt the `Result` around the error field
+        // by field on every layer's success path as well.
         if let Some(own) = (&mut self as &mut dyn std::any::Any).downcast_mut::<ToolError>() {
             return std::mem::replace(own, ToolError::TAKEN);
         }
