@@ -29,21 +29,32 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future>,
-        // The caller's token, watched while backing off and waiting for readiness; set
-        // when the first retry is planned (boxed: only retries pay for it).
-        cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
-        // What retries call: a clone of the inner service, made for the first retry
-        // (boxed: a call that succeeds first time carries no room for it).
-        service: Option<Box<S>>,
         // A copy for the next attempt; `None` when the call may not be retried.
         request: Option<Req>,
         shared: Arc<Shared<P, S>>,
         attempt: u32,
-        // The backoff's last delay (decorrelated jitter grows from it), zero before the
-        // first: a wait a peer asked for (`Retry-After`) is not one.
+        // What only a retry needs, in one box made when the first retry is planned: a
+        // call that succeeds first time carries, moves and drops none of it.
+        retry: Option<Pin<Box<Retrying<S>>>>,
+    }
+}
+
+pin_project! {
+    /// The state of a call that has been retried at least once.
+    struct Retrying<S> {
+        // The caller's token, watched while backing off and waiting for readiness.
+        #[pin]
+        cancelled: Option<WaitForCancellationFutureOwned>,
+        // The backoff's timer, made at the first wait and reset for the next ones.
+        #[pin]
+        sleep: Option<Sleep>,
+        // What retries call: a clone of the inner service, made for the first retry.
+        service: Option<S>,
+        // The backoff's last delay (decorrelated jitter grows from it): a wait a peer
+        // asked for (`Retry-After`) is not one.
         previous_backoff: Duration,
         // Why the attempt that just ended failed, for the next attempt's request.
-        reason: Option<ErrorKind>,
+        reason: ErrorKind,
         // Cancels the attempt token this future created if it is dropped mid-attempt;
         // disarmed when the attempt completes.
         guard: Option<AttemptGuard>,
@@ -81,11 +92,7 @@ pin_project! {
             #[pin]
             future: F,
         },
-        // Boxed: only a retry pays for the timer, and the future a first attempt moves
-        // around stays small.
-        Backoff {
-            sleep: Pin<Box<Sleep>>,
-        },
+        Backoff,
         WaitReady,
     }
 }
@@ -98,15 +105,10 @@ where
     pub(crate) fn new(future: S::Future, request: Option<Req>, shared: Arc<Shared<P, S>>) -> Self {
         ResponseFuture {
             state: State::Calling { future },
-            cancelled: None,
-            service: None,
             request,
             shared,
             attempt: 1,
-            previous_backoff: Duration::ZERO,
-            reason: None,
-            guard: None,
-            token: None,
+            retry: None,
         }
     }
 }
@@ -118,7 +120,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Calling { .. } => "calling",
-            State::Backoff { .. } => "backoff",
+            State::Backoff => "backoff",
             State::WaitReady => "wait_ready",
         };
         f.debug_struct("ResponseFuture")
@@ -325,74 +327,72 @@ where
             match this.state.as_mut().project() {
                 StateProj::Calling { future } => {
                     let result = ready!(future.poll(cx)).map_err(IntoToolError::into_tool_error);
-                    if let Some(guard) = this.guard.take() {
-                        guard.disarm();
-                    }
+                    let previous_backoff = match this.retry.as_mut() {
+                        Some(retry) => attempt_ended(retry.as_mut()),
+                        None => Duration::ZERO,
+                    };
                     let attempt = *this.attempt;
                     let next = decide(
                         this.shared,
                         this.request.as_ref(),
                         attempt,
-                        *this.previous_backoff,
+                        previous_backoff,
                         &result,
                     );
                     match next {
                         Next::Done => return Poll::Ready(finish(result, attempt)),
                         Next::Cancelled => return Poll::Ready(Err(cancelled_error(attempt))),
                         Next::Retry(wait, kind, backoff) => {
-                            *this.token = this.shared.budget.clone().map(|budget| BudgetToken {
-                                budget: Some(budget),
-                            });
-                            *this.previous_backoff = backoff;
-                            *this.reason = Some(kind);
-                            if this.cancelled.is_none() {
-                                let token = this
-                                    .request
-                                    .as_ref()
-                                    .and_then(|r| r.call_state())
-                                    .map(|s| s.tokens().call().clone());
-                                if let Some(token) = token {
-                                    *this.cancelled = Some(Box::pin(token.cancelled_owned()));
-                                }
-                            }
-                            if wait.is_zero() {
-                                this.state.set(State::WaitReady);
+                            let waits = arm_retry(
+                                this.retry,
+                                this.shared,
+                                this.request.as_ref(),
+                                wait,
+                                kind,
+                                backoff,
+                            );
+                            this.state.set(if waits {
+                                State::Backoff
                             } else {
-                                this.state.set(State::Backoff {
-                                    sleep: Box::pin(sleep_until(deadline_after(time::now(), wait))),
-                                });
-                            }
+                                State::WaitReady
+                            });
                         }
                     }
                 }
-                StateProj::Backoff { sleep } => {
-                    if let Some(cancelled) = this.cancelled.as_mut() {
-                        if cancelled.as_mut().poll(cx).is_ready() {
-                            let e = cancelled_error(*this.attempt);
-                            return Poll::Ready(Err(unstarted(this.token, e)));
-                        }
+                StateProj::Backoff => {
+                    let Some(retry) = this.retry.as_mut() else {
+                        return Poll::Ready(Err(lost_state(*this.attempt)));
+                    };
+                    let mut retry = retry.as_mut().project();
+                    if is_cancelled(retry.cancelled.as_mut(), cx) {
+                        let e = cancelled_error(*this.attempt);
+                        return Poll::Ready(Err(unstarted(retry.token, e)));
                     }
-                    ready!(sleep.as_mut().poll(cx));
+                    if let Some(sleep) = retry.sleep.as_mut().as_pin_mut() {
+                        ready!(sleep.poll(cx));
+                    }
                     this.state.set(State::WaitReady);
                 }
                 StateProj::WaitReady => {
-                    if let Some(cancelled) = this.cancelled.as_mut() {
-                        if cancelled.as_mut().poll(cx).is_ready() {
-                            let e = cancelled_error(*this.attempt);
-                            return Poll::Ready(Err(unstarted(this.token, e)));
-                        }
+                    let Some(retry) = this.retry.as_mut() else {
+                        return Poll::Ready(Err(lost_state(*this.attempt)));
+                    };
+                    let mut retry = retry.as_mut().project();
+                    if is_cancelled(retry.cancelled.as_mut(), cx) {
+                        let e = cancelled_error(*this.attempt);
+                        return Poll::Ready(Err(unstarted(retry.token, e)));
                     }
-                    if this.service.is_none() {
-                        *this.service = this.shared.service_for_retry().map(Box::new);
+                    if retry.service.is_none() {
+                        *retry.service = this.shared.service_for_retry();
                     }
-                    let Some(service) = this.service.as_mut() else {
+                    let Some(service) = retry.service.as_mut() else {
                         let e = ToolError::internal("retry has no service to call again")
                             .with_attempts(*this.attempt);
-                        return Poll::Ready(Err(unstarted(this.token, e)));
+                        return Poll::Ready(Err(unstarted(retry.token, e)));
                     };
                     if let Err(e) = ready!(service.poll_ready(cx)) {
                         let e = e.into_tool_error().with_attempts(*this.attempt);
-                        return Poll::Ready(Err(unstarted(this.token, e)));
+                        return Poll::Ready(Err(unstarted(retry.token, e)));
                     }
                     let next_attempt = this.attempt.saturating_add(1);
                     // The last allowed attempt takes the copy; earlier ones clone it.
@@ -404,20 +404,18 @@ where
                     let Some(mut request) = request else {
                         let e = ToolError::internal("retry lost its request copy")
                             .with_attempts(*this.attempt);
-                        return Poll::Ready(Err(unstarted(this.token, e)));
+                        return Poll::Ready(Err(unstarted(retry.token, e)));
                     };
                     *this.attempt = next_attempt;
                     request.begin_attempt(next_attempt);
-                    if let Some(kind) = *this.reason {
-                        if let Some(state) = request.call_state_mut() {
-                            state.set_retry_reason(Some(kind));
-                        }
+                    if let Some(state) = request.call_state_mut() {
+                        state.set_retry_reason(Some(*retry.reason));
                     }
-                    *this.guard = request
+                    *retry.guard = request
                         .call_state()
                         .map(|s| s.tokens().clone().guard_attempt());
                     let future = service.call(request);
-                    if let Some(token) = this.token.take() {
+                    if let Some(token) = retry.token.take() {
                         token.spend();
                     }
                     this.state.set(State::Calling { future });
@@ -425,4 +423,78 @@ where
             }
         }
     }
+}
+
+/// A retried attempt ended: its guard is disarmed. Returns the backoff's last delay.
+#[cold]
+fn attempt_ended<S>(retry: Pin<&mut Retrying<S>>) -> Duration {
+    let retry = retry.project();
+    if let Some(guard) = retry.guard.take() {
+        guard.disarm();
+    }
+    *retry.previous_backoff
+}
+
+/// Sets up the retry just planned: the budget token it withdrew, why the attempt failed,
+/// the caller's token to watch and, for a wait, the timer. Returns whether there is a
+/// wait. The first retry boxes the state every retry shares.
+#[cold]
+#[inline(never)]
+fn arm_retry<S, Req, P>(
+    slot: &mut Option<Pin<Box<Retrying<S>>>>,
+    shared: &Shared<P, S>,
+    request: Option<&Req>,
+    wait: Duration,
+    kind: ErrorKind,
+    backoff: Duration,
+) -> bool
+where
+    Req: ShieldRequest,
+{
+    let token = shared.budget.clone().map(|budget| BudgetToken {
+        budget: Some(budget),
+    });
+    let retry = slot.get_or_insert_with(|| {
+        Box::pin(Retrying {
+            cancelled: request
+                .and_then(|r| r.call_state())
+                .map(|s| s.tokens().call().clone().cancelled_owned()),
+            sleep: None,
+            service: None,
+            previous_backoff: Duration::ZERO,
+            reason: kind,
+            guard: None,
+            token: None,
+        })
+    });
+    let mut retry = retry.as_mut().project();
+    *retry.token = token;
+    *retry.previous_backoff = backoff;
+    *retry.reason = kind;
+    if wait.is_zero() {
+        return false;
+    }
+    let until = deadline_after(time::now(), wait);
+    match retry.sleep.as_mut().as_pin_mut() {
+        Some(sleep) => sleep.reset(until),
+        None => retry.sleep.set(Some(sleep_until(until))),
+    }
+    true
+}
+
+/// Whether the caller's token, if the call has one, is cancelled.
+fn is_cancelled(
+    cancelled: Pin<&mut Option<WaitForCancellationFutureOwned>>,
+    cx: &mut Context<'_>,
+) -> bool {
+    cancelled
+        .as_pin_mut()
+        .is_some_and(|cancelled| cancelled.poll(cx).is_ready())
+}
+
+/// A retry's state missing where a retry was planned: never expected, answered as an
+/// internal error rather than a panic.
+#[cold]
+fn lost_state(attempts: u32) -> ToolError {
+    ToolError::internal("retry lost its state").with_attempts(attempts)
 }
