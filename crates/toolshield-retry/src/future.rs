@@ -359,7 +359,9 @@ where
                         }
                     }
                 }
-                StateProj::Backoff => {
+                // Backing off, then waiting for readiness: both watch the caller's token.
+                waiting => {
+                    let backing_off = matches!(waiting, StateProj::Backoff);
                     let Some(retry) = this.retry.as_mut() else {
                         return Poll::Ready(Err(lost_state(*this.attempt)));
                     };
@@ -368,19 +370,12 @@ where
                         let e = cancelled_error(*this.attempt);
                         return Poll::Ready(Err(unstarted(retry.token, e)));
                     }
-                    if let Some(sleep) = retry.sleep.as_mut().as_pin_mut() {
-                        ready!(sleep.poll(cx));
-                    }
-                    this.state.set(State::WaitReady);
-                }
-                StateProj::WaitReady => {
-                    let Some(retry) = this.retry.as_mut() else {
-                        return Poll::Ready(Err(lost_state(*this.attempt)));
-                    };
-                    let mut retry = retry.as_mut().project();
-                    if is_cancelled(retry.cancelled.as_mut(), cx) {
-                        let e = cancelled_error(*this.attempt);
-                        return Poll::Ready(Err(unstarted(retry.token, e)));
+                    if backing_off {
+                        if let Some(sleep) = retry.sleep.as_mut().as_pin_mut() {
+                            ready!(sleep.poll(cx));
+                        }
+                        this.state.set(State::WaitReady);
+                        continue;
                     }
                     if retry.service.is_none() {
                         *retry.service = this.shared.service_for_retry();
