@@ -40,7 +40,7 @@ pin_project! {
 }
 
 pin_project! {
-    /// The state of a call that has been retried at least once.
+    /// The state of a call with a retry planned: made when the first one is.
     struct Retrying<S> {
         // The caller's token, watched while backing off and waiting for readiness.
         #[pin]
