@@ -1,5 +1,6 @@
 //! Cost of the canonical payload digest (RFC 8785 + SHA-256) of a 200-byte payload:
-//! toolshield's streaming writer against `serde_jcs` then SHA-256, in one group.
+//! toolshield's streaming writer against `serde_jcs` then SHA-256, in one group; and of
+//! the smallest output (`true`) against SHA-256 of its four bytes.
 
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
@@ -29,6 +30,18 @@ fn canonical(c: &mut Criterion) {
     group.bench_function("sha256_only", |b| {
         let bytes = serde_jcs::to_vec(&payload).unwrap_or_default();
         b.iter(|| Sha256::digest(black_box(&bytes)))
+    });
+    group.finish();
+
+    // The smallest output a tool gives (`true`): the provenance layer digests every
+    // response, so this is what a call pays for its `response_digest` at the least.
+    let small = serde_json::Value::Bool(true);
+    let mut group = c.benchmark_group("payload_digest_4B");
+    group.bench_function("toolshield_streaming", |b| {
+        b.iter(|| payload_digest(black_box(&small)))
+    });
+    group.bench_function("sha256_only", |b| {
+        b.iter(|| Sha256::digest(black_box(b"true")))
     });
     group.finish();
 }

@@ -107,6 +107,54 @@ async fn miss_stamps_fetched_at_and_hit_returns_it() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn hits_on_the_in_memory_store_read_the_kept_record_without_copying_it() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = counting_tool(&calls, Duration::ZERO, ok_n);
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    let leader = call(&svc, &layer, weather()).await.expect("miss");
+    let a = call(&svc, &layer, weather()).await.expect("hit");
+    let b = call(&svc, &layer, weather()).await.expect("hit");
+    assert!(a.provenance.cache_hit && b.provenance.cache_hit);
+    assert!(
+        std::ptr::eq(&*a.provenance, &*b.provenance),
+        "two hits read one kept record"
+    );
+    assert!(!std::ptr::eq(&*a.provenance, &*leader.provenance));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_writing_to_its_hit_changes_nothing_another_caller_is_served() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = counting_tool(&calls, Duration::ZERO, |n| {
+        let mut r = ToolResponse::new(json!({ "n": n }));
+        r.provenance.source = Some(Arc::from("weather-api"));
+        Ok(r)
+    });
+    let (layer, _) = layer(Duration::from_secs(60), Duration::ZERO);
+    let leader = call(&svc, &layer, weather()).await.expect("miss");
+
+    // A caller rewrites everything it was served: provenance and output.
+    let mut first = call(&svc, &layer, weather()).await.expect("hit");
+    assert!(first.provenance.cache_hit);
+    first.provenance.cache_hit = false;
+    first.provenance.source = Some(Arc::from("forged"));
+    first.provenance.attempts = 9;
+    first.provenance.stale = true;
+    first.output["n"] = json!(666);
+
+    // The next caller is served the entry as it was kept.
+    let second = call(&svc, &layer, weather()).await.expect("hit");
+    assert!(second.provenance.cache_hit && !second.provenance.stale);
+    assert_eq!(second.provenance.source.as_deref(), Some("weather-api"));
+    assert_eq!(second.provenance.attempts, leader.provenance.attempts);
+    assert_eq!(second.provenance.fetched_at, leader.provenance.fetched_at);
+    assert_eq!(n_of(&second), json!(1));
+    // Nor does the entry's mark reach the leader's own answer, a miss.
+    assert!(!leader.provenance.cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn entries_expire_after_their_ttl() {
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = counting_tool(&calls, Duration::ZERO, ok_n);
