@@ -1,14 +1,15 @@
 //! Cache and idempotency paths against the bare service and tower-resilience's cache.
 //!
 //! Every iteration builds a fresh `ToolRequest` (so the payload digest, the key hashing,
-//! is computed in the measured path), in the baseline too.
+//! is computed in the measured path), in the baseline too. One group hits a single entry
+//! from one thread and from two at once: what a hot key costs when workers share it.
 
 // `criterion_group!` generates a public function without docs.
 #![allow(missing_docs)]
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
@@ -16,6 +17,7 @@ use toolshield_benches::{payload_200b, BareTool};
 use toolshield_cache::{CacheConfig, CacheLayer};
 use toolshield_core::{CallKind, ToolRequest};
 use toolshield_idempotency::{IdempotencyConfig, IdempotencyLayer};
+use toolshield_test::call_blocking;
 use tower::{Layer, Service, ServiceExt};
 
 fn rt() -> tokio::runtime::Runtime {
@@ -94,6 +96,53 @@ fn cache_hit(c: &mut Criterion) {
             async move { black_box(fut.await) }
         })
     });
+    g.finish();
+}
+
+/// One hot entry hit from `threads` threads at once, each with its own service (clones
+/// of one layer share the store) and its own requests: time per hit on the slowest.
+fn hot_entry_threads(c: &mut Criterion) {
+    let rt = rt();
+    let payload = payload_200b();
+    let layer = CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(3600)))
+        .expect("config");
+    let mut warm = layer.layer(BareTool::new());
+    rt.block_on(async {
+        warm.ready()
+            .await
+            .expect("ready")
+            .call(read(&payload))
+            .await
+            .expect("warm")
+    });
+    let mut g = c.benchmark_group("cache_hit_hot_entry_threads");
+    for threads in [1usize, 2] {
+        g.bench_function(format!("toolshield/{threads}"), |b| {
+            b.iter_custom(|iters| {
+                std::thread::scope(|s| {
+                    let workers: Vec<_> = (0..threads)
+                        .map(|_| {
+                            let mut svc = layer.layer(BareTool::new());
+                            let payload = payload.clone();
+                            s.spawn(move || {
+                                let start = Instant::now();
+                                for _ in 0..iters {
+                                    let hit = call_blocking(&mut svc, read(&payload));
+                                    debug_assert!(hit.is_ok_and(|r| r.provenance.cache_hit));
+                                }
+                                start.elapsed()
+                            })
+                        })
+                        .collect();
+                    workers
+                        .into_iter()
+                        .map(|w| w.join().expect("worker"))
+                        .max()
+                        .unwrap_or_default()
+                })
+            })
+        });
+    }
     g.finish();
 }
 
@@ -194,6 +243,7 @@ fn idempotent_first_execution(c: &mut Criterion) {
 criterion_group!(
     benches,
     cache_hit,
+    hot_entry_threads,
     cache_miss,
     idempotent_replay,
     idempotent_first_execution

@@ -9,9 +9,7 @@ use toolshield_core::config::deadline_after;
 use toolshield_core::keys;
 use toolshield_core::time;
 use toolshield_core::IntoToolError;
-use toolshield_core::{
-    Digest, ErrorKind, Provenance, ProvenanceBox, ToolError, ToolRequest, ToolResponse,
-};
+use toolshield_core::{Digest, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
 
@@ -144,26 +142,9 @@ struct Stale {
 /// fetched the data is not this call's: kept, every hit of a slow result would show
 /// `provenance.slow` and count again in `tool_slow_calls_total`.
 fn hit(mut resp: ToolResponse) -> ToolResponse {
-    // Read first: a kept entry is stored marked (`kept_copy`), and a write would copy its
-    // shared record out.
-    if !resp.provenance.cache_hit {
-        resp.provenance.cache_hit = true;
-    }
+    resp.provenance.cache_hit = true;
     resp.clear_slow();
     resp
-}
-
-/// The copy of a leader's answer the store keeps, marked as every hit serves it (a cache
-/// hit, without the slow-call mark of the call that fetched it), its record shared: a hit
-/// on the in-memory store takes a reference on the record instead of copying it, and a
-/// caller writing to its hit's record writes to a copy of its own.
-fn kept_copy(resp: &ToolResponse) -> ToolResponse {
-    let mut provenance = Provenance::clone(&resp.provenance);
-    provenance.cache_hit = true;
-    provenance.slow = false;
-    let mut copy = ToolResponse::new(resp.output.clone());
-    copy.provenance = ProvenanceBox::shared(provenance);
-    copy
 }
 
 /// The full path: a miss, a stale entry, or a store with I/O.
@@ -337,7 +318,7 @@ where
                 let key = key.as_ref();
                 let ttl = policy.ttl.saturating_add(policy.stale_if_error);
                 // At once where the store can (no boxed future), else through `put`.
-                if let Err(copy) = shared.store.try_put_now(key, kept_copy(resp), ttl) {
+                if let Err(copy) = shared.store.try_put_now(key, resp.clone(), ttl) {
                     // Followers, and callers coming while the write is under way, are
                     // answered now: none of them waits for the store.
                     leader.publish(resp);

@@ -132,28 +132,12 @@ impl Provenance {
 /// attempt that succeeded (what a retry layer writes on the common path) keeps that
 /// without a box. So a layer that only reads provenance, or records a first attempt,
 /// allocates nothing.
-///
-/// A record made with [`shared`](Self::shared) (a cached entry's) is shared by the
-/// response's clones: cloning it takes a reference, not a copy, and the first write
-/// through a clone copies the record out for that clone alone, so no copy ever sees
-/// another's writes.
 #[derive(Clone, Default)]
 pub struct ProvenanceBox {
-    record: Record,
-}
-
-/// Where a [`ProvenanceBox`] keeps its record.
-#[derive(Clone, Default)]
-enum Record {
-    /// Nothing written: reads as empty.
-    #[default]
-    Empty,
-    /// Only a first attempt written: reads as `attempts: 1`.
-    FirstAttempt,
-    /// This response's own record.
-    Owned(Box<Provenance>),
-    /// A record shared by clones, copied out on the first write.
-    Shared(Arc<Provenance>),
+    /// The record, once anything but a first attempt was written.
+    boxed: Option<Box<Provenance>>,
+    /// Unboxed, the record reads as `attempts: 1` rather than empty.
+    first_attempt: bool,
 }
 
 /// Returned for an unboxed record; never written.
@@ -165,30 +149,18 @@ impl ProvenanceBox {
     #[must_use]
     pub fn new(provenance: Provenance) -> Self {
         ProvenanceBox {
-            record: Record::Owned(Box::new(provenance)),
-        }
-    }
-
-    /// A record its clones share: cloning the response takes a reference on it instead
-    /// of copying it, and a write through any clone copies it out for that clone first.
-    /// For a response served many times as it was kept (a cache entry).
-    #[must_use]
-    pub fn shared(provenance: Provenance) -> Self {
-        ProvenanceBox {
-            record: Record::Shared(Arc::new(provenance)),
+            boxed: Some(Box::new(provenance)),
+            first_attempt: false,
         }
     }
 
     /// The record, out of its box.
     #[must_use]
     pub fn into_inner(self) -> Provenance {
-        match self.record {
-            Record::Empty => Provenance::EMPTY,
-            Record::FirstAttempt => Provenance::FIRST_ATTEMPT,
-            Record::Owned(provenance) => *provenance,
-            Record::Shared(provenance) => {
-                Arc::try_unwrap(provenance).unwrap_or_else(|shared| Provenance::clone(&shared))
-            }
+        match self.boxed {
+            Some(provenance) => *provenance,
+            None if self.first_attempt => Provenance::FIRST_ATTEMPT,
+            None => Provenance::EMPTY,
         }
     }
 
@@ -196,51 +168,23 @@ impl ProvenanceBox {
     /// allocates nothing.
     #[inline]
     pub fn set_attempts(&mut self, attempts: u32) {
-        match &mut self.record {
-            Record::Owned(provenance) => provenance.attempts = attempts,
-            Record::Empty | Record::FirstAttempt if attempts <= 1 => {
-                self.record = if attempts == 1 {
-                    Record::FirstAttempt
-                } else {
-                    Record::Empty
-                };
-            }
-            Record::Shared(provenance) if provenance.attempts == attempts => {}
-            _ => self.boxed_mut().attempts = attempts,
+        match &mut self.boxed {
+            Some(provenance) => provenance.attempts = attempts,
+            None if attempts <= 1 => self.first_attempt = attempts == 1,
+            None => self.boxed_mut().attempts = attempts,
         }
     }
 
-    /// The record, boxed (or copied out of a shared one) on the first call.
-    #[inline]
+    /// The record, boxed on the first call.
     fn boxed_mut(&mut self) -> &mut Provenance {
-        match self.record {
-            Record::Owned(ref mut provenance) => provenance,
-            _ => self.box_record(),
-        }
-    }
-
-    /// Gives the response a record of its own, reading as the one it had.
-    fn box_record(&mut self) -> &mut Provenance {
-        let provenance = match &self.record {
-            Record::Empty => Provenance::EMPTY,
-            Record::FirstAttempt => Provenance::FIRST_ATTEMPT,
-            Record::Owned(provenance) => Provenance::clone(provenance),
-            Record::Shared(provenance) => Provenance::clone(provenance),
-        };
-        self.record = Record::Owned(Box::new(provenance));
-        self.boxed_mut()
-    }
-
-    /// Whether the record is this response's own, boxed (for tests).
-    #[cfg(test)]
-    fn is_boxed(&self) -> bool {
-        matches!(self.record, Record::Owned(_))
-    }
-
-    /// Whether the record is shared with clones (for tests).
-    #[cfg(test)]
-    fn is_shared(&self) -> bool {
-        matches!(self.record, Record::Shared(_))
+        let first_attempt = self.first_attempt;
+        self.boxed.get_or_insert_with(|| {
+            Box::new(if first_attempt {
+                Provenance::FIRST_ATTEMPT
+            } else {
+                Provenance::EMPTY
+            })
+        })
     }
 }
 
@@ -249,17 +193,16 @@ impl std::ops::Deref for ProvenanceBox {
 
     #[inline]
     fn deref(&self) -> &Provenance {
-        match &self.record {
-            Record::Empty => &EMPTY,
-            Record::FirstAttempt => &FIRST_ATTEMPT,
-            Record::Owned(provenance) => provenance,
-            Record::Shared(provenance) => provenance,
+        match &self.boxed {
+            Some(provenance) => provenance,
+            None if self.first_attempt => &FIRST_ATTEMPT,
+            None => &EMPTY,
         }
     }
 }
 
 impl std::ops::DerefMut for ProvenanceBox {
-    /// Boxes the record on its first write (copies a shared one out).
+    /// Boxes the record on its first write.
     #[inline]
     fn deref_mut(&mut self) -> &mut Provenance {
         self.boxed_mut()
@@ -452,20 +395,23 @@ mod tests {
         let res = ToolResponse::new(Value::Null);
         assert_eq!(*res.provenance, Provenance::default());
         assert_eq!(res.provenance, Provenance::default());
-        assert!(!res.provenance.is_boxed());
+        assert!(res.provenance.boxed.is_none());
     }
 
     #[test]
     fn a_first_attempt_is_recorded_without_a_box_and_kept_by_later_writes() {
         let mut res = ToolResponse::new(Value::Null);
         res.set_attempts(1);
-        assert!(!res.provenance.is_boxed(), "a first attempt needs no box");
+        assert!(
+            res.provenance.boxed.is_none(),
+            "a first attempt needs no box"
+        );
         assert_eq!(res.provenance.attempts, 1);
         assert_eq!(res.attempts(), Some(1));
 
         // The first write of anything else boxes the record, the attempt included.
         res.provenance.cache_hit = true;
-        assert!(res.provenance.is_boxed());
+        assert!(res.provenance.boxed.is_some());
         assert_eq!(res.provenance.attempts, 1);
         assert!(res.provenance.cache_hit);
 
@@ -480,7 +426,7 @@ mod tests {
         p.set_attempts(1);
         p.set_attempts(0);
         assert_eq!(p.attempts, 0);
-        assert!(!p.is_boxed());
+        assert!(p.boxed.is_none());
         p.set_attempts(4);
         assert_eq!(p.attempts, 4);
         assert_eq!(p.clone().into_inner().attempts, 4);
@@ -519,53 +465,6 @@ mod tests {
         assert!(!original.provenance.cache_hit);
         assert_eq!(original.provenance.tool.as_deref(), Some("weather"));
         assert_eq!(copy.provenance.tool.as_deref(), Some("quote"));
-    }
-
-    #[test]
-    fn clones_of_a_shared_record_read_it_in_place_and_write_to_copies_of_their_own() {
-        let mut kept = ToolResponse::new(Value::Bool(true));
-        kept.provenance = ProvenanceBox::shared(Provenance {
-            tool: Some(Arc::from("weather")),
-            cache_hit: true,
-            attempts: 2,
-            ..Provenance::default()
-        });
-        let first = kept.clone();
-        let mut second = kept.clone();
-        // A clone reads the kept record itself: no copy was made.
-        assert!(first.provenance.is_shared() && second.provenance.is_shared());
-        assert!(std::ptr::eq(&*first.provenance, &*kept.provenance));
-        // Recording the attempts the record already holds writes nothing.
-        second.set_attempts(2);
-        assert!(second.provenance.is_shared());
-
-        // A write through one clone goes to a copy of its own, the rest of the record
-        // kept; the kept record and the other clone do not see it.
-        second.provenance.tool = Some(Arc::from("quote"));
-        second.provenance.cache_hit = false;
-        assert!(second.provenance.is_boxed());
-        assert_eq!(second.provenance.attempts, 2);
-        assert_eq!(second.provenance.tool.as_deref(), Some("quote"));
-        for unchanged in [&kept, &first] {
-            assert!(unchanged.provenance.is_shared());
-            assert_eq!(unchanged.provenance.tool.as_deref(), Some("weather"));
-            assert!(unchanged.provenance.cache_hit);
-        }
-        let mut third = kept.clone();
-        third.set_attempts(5);
-        assert_eq!(third.provenance.attempts, 5);
-        assert_eq!(kept.provenance.attempts, 2);
-
-        // Taken out, compared and serialised as the plain record it holds.
-        let plain = Provenance::clone(&kept.provenance);
-        assert_eq!(kept.provenance, plain);
-        assert_eq!(
-            serde_json::to_value(&kept.provenance).expect("serialise"),
-            serde_json::to_value(&plain).expect("serialise")
-        );
-        // Taken out while other clones hold it (a copy), and when none does (moved out).
-        assert_eq!(first.provenance.clone().into_inner(), plain);
-        assert_eq!(ProvenanceBox::shared(plain.clone()).into_inner(), plain);
     }
 
     #[test]
