@@ -133,7 +133,7 @@ async fn a_caller_writing_to_its_hit_changes_nothing_another_caller_is_served() 
     assert_eq!(second.provenance.attempts, leader.provenance.attempts);
     assert_eq!(second.provenance.fetched_at, leader.provenance.fetched_at);
     assert_eq!(n_of(&second), json!(1));
-    // Nor does the entry's mark reach the leader's own answer, a miss.
+    // The leader's own answer, a miss, is not marked a hit.
     assert!(!leader.provenance.cache_hit);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
