@@ -31,6 +31,22 @@ fn read(payload: &serde_json::Value) -> ToolRequest {
     ToolRequest::new("weather", payload.clone()).kind(CallKind::ReadOnly)
 }
 
+/// One call of `svc` with `payload`, so that the entry is cached before the hits.
+fn warm_up<S>(rt: &tokio::runtime::Runtime, svc: &mut S, payload: &serde_json::Value)
+where
+    S: Service<ToolRequest>,
+    S::Error: std::fmt::Debug,
+{
+    rt.block_on(async {
+        svc.ready()
+            .await
+            .expect("ready")
+            .call(read(payload))
+            .await
+            .expect("warm")
+    });
+}
+
 fn cache_hit(c: &mut Criterion) {
     let rt = rt();
     let payload = payload_200b();
@@ -53,14 +69,7 @@ fn cache_hit(c: &mut Criterion) {
     let layer = CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(3600)))
         .expect("config");
     let mut svc = layer.layer(BareTool::new());
-    rt.block_on(async {
-        svc.ready()
-            .await
-            .expect("ready")
-            .call(read(&payload))
-            .await
-            .expect("warm")
-    });
+    warm_up(&rt, &mut svc, &payload);
     g.bench_function("toolshield", |b| {
         b.to_async(&rt).iter(|| {
             let req = read(&payload);
@@ -81,14 +90,7 @@ fn cache_hit(c: &mut Criterion) {
         .build()
         .expect("peer config");
     let mut psvc = peer.layer(BareTool::new());
-    rt.block_on(async {
-        psvc.ready()
-            .await
-            .expect("ready")
-            .call(read(&payload))
-            .await
-            .expect("warm")
-    });
+    warm_up(&rt, &mut psvc, &payload);
     g.bench_function("tower-resilience", |b| {
         b.to_async(&rt).iter(|| {
             let req = read(&payload);
@@ -106,15 +108,7 @@ fn hot_entry_threads(c: &mut Criterion) {
     let payload = payload_200b();
     let layer = CacheLayer::new(CacheConfig::default().with_ttl(Duration::from_secs(3600)))
         .expect("config");
-    let mut warm = layer.layer(BareTool::new());
-    rt.block_on(async {
-        warm.ready()
-            .await
-            .expect("ready")
-            .call(read(&payload))
-            .await
-            .expect("warm")
-    });
+    warm_up(&rt, &mut layer.layer(BareTool::new()), &payload);
     let mut g = c.benchmark_group("cache_hit_hot_entry_threads");
     for threads in [1usize, 2] {
         g.bench_function(format!("toolshield/{threads}"), |b| {
