@@ -113,12 +113,16 @@ fn hot_entry_threads(c: &mut Criterion) {
     for threads in [1usize, 2] {
         g.bench_function(format!("toolshield/{threads}"), |b| {
             b.iter_custom(|iters| {
+                // The threads start hitting together, not as each is spawned.
+                let barrier = std::sync::Barrier::new(threads);
                 std::thread::scope(|s| {
                     let workers: Vec<_> = (0..threads)
                         .map(|_| {
                             let mut svc = layer.layer(BareTool::new());
                             let payload = payload.clone();
+                            let barrier = &barrier;
                             s.spawn(move || {
+                                barrier.wait();
                                 let start = Instant::now();
                                 for _ in 0..iters {
                                     let hit = call_blocking(&mut svc, read(&payload));
