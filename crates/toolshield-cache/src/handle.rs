@@ -11,8 +11,9 @@ use crate::store::CacheStore;
 toolshield_store::counters! {
     /// Counters shared by every clone of a layer and its services.
     pub(crate) struct Counters;
-    /// A snapshot of the cache counters (exported as `tool_cache_hits_total` and
-    /// `tool_cache_misses_total` by the metrics layer).
+    /// A snapshot of the cache counters. (The metrics layer counts
+    /// `tool_cache_hits_total` and `tool_cache_misses_total` itself, per call, from
+    /// each answer's provenance.)
     pub struct CacheCounts {
         /// Fresh entries served.
         hits,

@@ -61,7 +61,9 @@ pin_project! {
         inner: F,
         start: Instant,
         tool: usize,
-        read_only: bool,
+        // A read-only call through a layer that counts cache misses: one that was not
+        // answered by a cache (or a replay) counts as a miss.
+        counts_miss: bool,
         span: Span,
         shared: Arc<Shared>,
         done: bool,
@@ -118,7 +120,7 @@ impl<F> ResponseFuture<F> {
         inner: F,
         start: Instant,
         tool: usize,
-        read_only: bool,
+        counts_miss: bool,
         span: Span,
         shared: Arc<Shared>,
     ) -> Self {
@@ -126,7 +128,7 @@ impl<F> ResponseFuture<F> {
             inner,
             start,
             tool,
-            read_only,
+            counts_miss,
             span,
             shared,
             done: false,
@@ -184,8 +186,7 @@ where
             shared.cache_hits(tool).increment(1);
         } else if f.replayed {
             shared.replays(tool).increment(1);
-        } else if *this.read_only
-            && shared.cache_misses
+        } else if *this.counts_miss
             && !matches!(
                 f.failure,
                 Some(ErrorKind::InvalidInput | ErrorKind::Cancelled)

@@ -96,6 +96,9 @@ pub struct MetricsLayer {
     // The label slot of the one tool this layer counts, resolved when it was made
     // (`for_tool`); `None`: each call's name is looked up (one layer over many tools).
     slot: Option<usize>,
+    // Whether this layer's read-only calls that were not hits count as cache misses:
+    // `false` over a stack with no cache layer (`without_cache_misses`).
+    cache_misses: bool,
 }
 
 impl MetricsLayer {
@@ -128,6 +131,7 @@ impl MetricsLayer {
                 config.spans,
             )),
             slot: None,
+            cache_misses: true,
         })
     }
 
@@ -140,7 +144,28 @@ impl MetricsLayer {
         MetricsLayer {
             shared: Arc::clone(&self.shared),
             slot: Some(self.shared.tools.index(tool)),
+            cache_misses: self.cache_misses,
         }
+    }
+
+    /// The same layer for a stack with no cache layer: its read-only calls count no
+    /// `tool_cache_misses_total`, since no cache was asked (`MetricsConfig::cache_misses`
+    /// turns the counter off for every layer at once). The facade builds a tool's stack
+    /// with this when the tool has no cache.
+    ///
+    /// ```
+    /// use toolshield_metrics::{MetricsLayer, MetricsTarget, MetricsConfig};
+    ///
+    /// let config = MetricsConfig::with_tools(["quote"]);
+    /// let metrics = MetricsLayer::build(config, MetricsTarget::Global)?;
+    /// let uncached = metrics.for_tool("quote").without_cache_misses();
+    /// # let _ = uncached;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn without_cache_misses(mut self) -> Self {
+        self.cache_misses = false;
+        self
     }
 
     /// The per-attempt layer sharing this layer's handles: place it inside the retry
@@ -162,7 +187,12 @@ impl<S> Layer<S> for MetricsLayer {
     type Service = Metrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Metrics::new(inner, Arc::clone(&self.shared), self.slot)
+        Metrics::new(
+            inner,
+            Arc::clone(&self.shared),
+            self.slot,
+            self.cache_misses && self.shared.cache_misses,
+        )
     }
 }
 

@@ -20,6 +20,8 @@ pub struct Metrics<S> {
     inner: S,
     shared: Arc<Shared>,
     slot: Option<usize>,
+    /// Whether a read-only call that was not a hit counts as a cache miss.
+    cache_misses: bool,
 }
 
 /// Inlined into the clone around it: a stack is cloned for each call, and the outermost
@@ -31,16 +33,23 @@ impl<S: Clone> Clone for Metrics<S> {
             inner: self.inner.clone(),
             shared: Arc::clone(&self.shared),
             slot: self.slot,
+            cache_misses: self.cache_misses,
         }
     }
 }
 
 impl<S> Metrics<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>, slot: Option<usize>) -> Self {
+    pub(crate) fn new(
+        inner: S,
+        shared: Arc<Shared>,
+        slot: Option<usize>,
+        cache_misses: bool,
+    ) -> Self {
         Metrics {
             inner,
             shared,
             slot,
+            cache_misses,
         }
     }
 
@@ -93,7 +102,7 @@ where
         let shared = &self.shared;
         let meta = req.call_meta();
         let tool = self.slot.unwrap_or_else(|| shared.tools.index(label(&req)));
-        let read_only = req.call_kind() == Some(CallKind::ReadOnly);
+        let counts_miss = self.cache_misses && req.call_kind() == Some(CallKind::ReadOnly);
         let span = if shared.spans {
             tracing::info_span!(
                 target: "toolshield",
@@ -113,7 +122,7 @@ where
             let _entered = span.enter();
             self.inner.call(req)
         };
-        ResponseFuture::new(future, start, tool, read_only, span, Arc::clone(shared))
+        ResponseFuture::new(future, start, tool, counts_miss, span, Arc::clone(shared))
     }
 }
 

@@ -937,6 +937,15 @@ where
         + Sync
         + 'static,
 {
+    // A cache with a zero TTL passes every call through: left out of the stack, it
+    // costs no reference count per clone of the stack and nothing per call. Without
+    // one, no call of the tool is a cache miss.
+    let cache = (!l.cache.config().ttl.is_zero()).then(|| l.cache.clone());
+    let metrics = if cache.is_some() {
+        metrics.clone()
+    } else {
+        metrics.clone().without_cache_misses()
+    };
     ServiceBuilder::new()
         .layer(Optional(l.kind.map(|kind| {
             MapRequestLayer::new(move |mut req: ToolRequest| {
@@ -944,17 +953,13 @@ where
                 req
             })
         })))
-        .layer(metrics.clone())
+        .layer(metrics)
         .layer(provenance.for_tool(tool))
         .layer(CancelLayer::new())
         .layer(Optional(deadline))
         .layer(Optional(flow.budget.clone()))
         .layer(Optional(l.validate.clone()))
-        // A cache with a zero TTL passes every call through: left out of the stack, it
-        // costs no reference count per clone of the stack and nothing per call.
-        .layer(Optional(
-            (!l.cache.config().ttl.is_zero()).then(|| l.cache.clone()),
-        ))
+        .layer(Optional(cache))
         .layer(l.idempotency.clone())
         .service(inner)
 }

@@ -121,3 +121,64 @@ async fn a_name_outside_the_registered_set_is_counted_as_other() {
     );
     assert!(!text.contains("caller-chosen"), "{text}");
 }
+
+/// The value of the series `name{tool="<tool>"}`, 0 when the series is absent.
+fn counter(text: &str, name: &str, tool: &str) -> f64 {
+    let prefix = format!("{name}{{tool=\"{tool}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0.0, |v| v.trim().parse().unwrap_or(f64::NAN))
+}
+
+#[tokio::test]
+async fn only_a_tool_with_a_cache_counts_cache_misses() {
+    let exporter = local_prometheus();
+    let config = ShieldConfig::from_toml_str(
+        "[tools.weather]\nkind = \"read_only\"\ncache = { ttl = \"10m\" }\n\n\
+         [tools.quote]\nkind = \"read_only\"\n\n\
+         [tools.zero]\nkind = \"read_only\"\ncache = { ttl = \"0s\" }\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let shield = Shield::from_config(config)
+        .and_then(|s| s.with_metrics(&exporter))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let weather = shield.wrap("weather", echo());
+    let quote = shield.wrap("quote", echo());
+    let zero = shield.wrap("zero", echo());
+    // The same payload twice: the cached tool misses, then hits; the others run twice.
+    for _ in 0..2 {
+        for (svc, tool) in [(&weather, "weather"), (&quote, "quote"), (&zero, "zero")] {
+            let req = ToolRequest::new(tool, json!({"q": 1})).kind(CallKind::ReadOnly);
+            svc.clone().oneshot(req).await.expect("served");
+        }
+    }
+    let text = exporter.render();
+    let misses = "tool_cache_misses_total";
+    let hits = "tool_cache_hits_total";
+    assert_eq!(counter(&text, misses, "weather"), 1.0, "{text}");
+    assert_eq!(counter(&text, hits, "weather"), 1.0, "{text}");
+    for tool in ["quote", "zero"] {
+        let ran = format!("tool_execution_total{{tool=\"{tool}\",status=\"success\"}} 2");
+        assert!(text.contains(&ran), "{ran} missing from {text}");
+        assert_eq!(counter(&text, misses, tool), 0.0, "{tool}: {text}");
+        assert_eq!(counter(&text, hits, tool), 0.0, "{tool}: {text}");
+    }
+
+    // A reload that gives `quote` a cache: its stack is rebuilt with one, and counts.
+    shield
+        .reload(
+            ShieldConfig::from_toml_str(
+                "[tools.weather]\nkind = \"read_only\"\ncache = { ttl = \"10m\" }\n\n\
+                 [tools.quote]\nkind = \"read_only\"\ncache = { ttl = \"10m\" }\n",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..2 {
+        let req = ToolRequest::new("quote", json!({"q": 2})).kind(CallKind::ReadOnly);
+        quote.clone().oneshot(req).await.expect("served");
+    }
+    let text = exporter.render();
+    assert_eq!(counter(&text, misses, "quote"), 1.0, "{text}");
+    assert_eq!(counter(&text, hits, "quote"), 1.0, "{text}");
+}
