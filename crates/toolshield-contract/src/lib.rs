@@ -28,7 +28,7 @@ pub use error::{
 pub use kind::CallKind;
 pub use progress::{IdleClock, Progress, ProgressEvent, MAX_PROGRESS_MESSAGE};
 pub use resume::{Resume, ResumeFuture, ResumeSink};
-pub use state::CallState;
+pub use state::{own_call, CallState};
 pub use tokens::{AttemptGuard, CallTokens};
 /// The token type of [`CallTokens`] and `ToolRequest::cancel_token`, re-exported so a
 /// caller needs no `tokio-util` dependency of its own (nor keep its version in step).

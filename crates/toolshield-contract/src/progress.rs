@@ -252,6 +252,17 @@ impl Progress {
         self.clock.as_ref()
     }
 
+    /// A fresh count and last message for this copy, with the same callback: for a
+    /// request that becomes a call of its own while other copies of it are around
+    /// ([`CallState::own`](crate::CallState::own)). Nothing to do when nothing observes
+    /// the call.
+    pub(crate) fn detach(&mut self) {
+        if let Some(sink) = &self.sink {
+            let callback = sink.callback.clone();
+            self.sink = Some(Arc::new(Sink::new(callback)));
+        }
+    }
+
     /// A new attempt: its reports carry `attempt`, and the previous attempt's idle clock
     /// is left behind (called by [`CallState::begin_attempt`](crate::CallState::begin_attempt)).
     pub(crate) fn begin_attempt(&mut self, attempt: u32) {

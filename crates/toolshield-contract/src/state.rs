@@ -40,6 +40,9 @@ pub struct CallState {
     retry_reason: Option<ErrorKind>,
     kind: Option<CallKind>,
     probe: bool,
+    // Whether a layer made the shared parts (tokens, progress record) this call's own
+    // ([`own`](Self::own)); clones made inside the call copy `true`.
+    owned: bool,
     progress: Progress,
     // Installed by the idempotency layer for a call it claimed; `None` otherwise (no
     // allocation on the common path).
@@ -70,6 +73,7 @@ impl CallState {
             retry_reason: None,
             kind: None,
             probe: false,
+            owned: false,
             progress: Progress::new(),
             resume: None,
         }
@@ -137,7 +141,10 @@ impl CallState {
     /// read ([`time::now`](crate::time::now)); every later layer (and every clone of the
     /// request: retries, hedges, single-flight followers) gets the same instant back, so
     /// the layers measure the call from one reading instead of each reading the clock.
+    ///
+    /// Entering also makes the state the call's own ([`own`](Self::own)).
     pub fn enter(&mut self) -> Instant {
+        self.own();
         match self.entered.get() {
             Some(at) => at,
             None => {
@@ -151,6 +158,7 @@ impl CallState {
     /// Sets the entry stamp to a reading the caller already holds (a layer that read the
     /// clock for its own purpose), unless one is set.
     pub fn enter_at(&mut self, at: Instant) -> Instant {
+        self.own();
         match self.entered.get() {
             Some(earlier) => earlier,
             None => {
@@ -158,6 +166,36 @@ impl CallState {
                 at
             }
         }
+    }
+
+    /// Makes the parts a request shares with its clones this call's own, once per call:
+    /// the first layer to see the call does it (entering does; so do the retry, the
+    /// hedge and the fallback before they copy the request, and the attempt timeout
+    /// before it guards the attempt token). A request that another request still shares
+    /// its tokens with (a clone of a template, sent as a call of its own) gets a fresh
+    /// attempt token (a child of the same call token, which stays the caller's) and a
+    /// fresh progress count (the callback stays the caller's): one call's timeout never
+    /// cancels the token another call's tool watches, and one call's provenance never
+    /// shows another's reports. A request built for its call keeps what it has, with no
+    /// allocation, and so does a `Progress` handle its caller kept to watch it; copies
+    /// made inside the call after this keep sharing.
+    #[inline]
+    pub fn own(&mut self) {
+        if !self.owned {
+            self.owned = true;
+            if self.tokens.is_shared() {
+                self.detach();
+            }
+        }
+    }
+
+    /// [`own`](Self::own) for a request other requests share tokens with: out of line,
+    /// as few calls are such clones.
+    #[cold]
+    #[inline(never)]
+    fn detach(&mut self) {
+        self.tokens = self.tokens.next_attempt();
+        self.progress.detach();
     }
 
     /// The deadline of the whole call, if one is set.
@@ -249,6 +287,19 @@ impl CallState {
     /// Installs (or removes) the resume handle.
     pub fn set_resume(&mut self, resume: Option<Resume>) {
         self.resume = resume;
+    }
+}
+
+/// [`CallState::own`] on the state `req` carries, for a layer that guards an attempt
+/// token without entering the call. A request whose state does not exist yet (an
+/// `http::Request` keeps it in its extensions, created on first write) has no tokens to
+/// share and is given no state here, which would allocate.
+#[inline]
+pub fn own_call<R: crate::ShieldRequest + ?Sized>(req: &mut R) {
+    if req.call_state().is_some() {
+        if let Some(state) = req.call_state_mut() {
+            state.own();
+        }
     }
 }
 

@@ -65,6 +65,13 @@ impl CallTokens {
         Self::with_call(self.0.call.clone())
     }
 
+    /// Whether another copy (another request) holds these same tokens: a clone of a
+    /// template, or the template itself.
+    #[inline]
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+
     /// A guard that cancels the attempt token when dropped, unless disarmed.
     pub fn guard_attempt(self) -> AttemptGuard {
         AttemptGuard { tokens: Some(self) }

@@ -105,9 +105,10 @@ struct Shared {
 /// Cloning is cheap: the tool name, payload, metadata and tokens sit behind one `Arc`, so
 /// retry, cache and idempotency layers hold copies for one reference-count increment. The canonical payload
 /// digest ([`payload_digest`](ToolRequest::payload_digest)) is computed once and shared
-/// by every clone. So are the tokens: to send clones as separate calls at the same time,
-/// give each its own ([`cancel_token`](ToolRequest::cancel_token)), or a timeout of one
-/// cancels the attempt token the other's tool watches.
+/// by every clone. Clones of a template sent as calls of their own share the caller's
+/// call token and progress callback, never one call's attempt token or progress count:
+/// the first layer to see a call gives a request that another copy still holds tokens
+/// and a count of its own ([`CallState::own`](crate::CallState::own)).
 ///
 /// # Cancellation
 ///

@@ -80,7 +80,9 @@ where
             .map_err(IntoToolError::into_tool_error)
     }
 
-    fn call(&mut self, req: Req) -> Self::Future {
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        // The call's own tokens before the copy is made: the copy shares them.
+        toolshield_contract::own_call(&mut req);
         // Only keep a copy of the request (a few refcounts) when there is somewhere to go.
         let keep = (!self.shared.tiers.is_empty()).then(|| req.clone());
         let mutating = req.call_kind() == Some(CallKind::Mutating);

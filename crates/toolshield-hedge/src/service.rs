@@ -132,7 +132,7 @@ where
             .map_err(IntoToolError::into_tool_error)
     }
 
-    fn call(&mut self, req: Req) -> Self::Future {
+    fn call(&mut self, mut req: Req) -> Self::Future {
         if !may_hedge(&req) {
             return ResponseFuture::passthrough(self.inner.call(req));
         }
@@ -148,6 +148,8 @@ where
         let mut svc = std::mem::replace(&mut self.inner, clone);
         let start = time::now();
         let delay = self.shared.delay.current();
+        // The guard cancels this call's attempt token, not one a template's clones share.
+        toolshield_contract::own_call(&mut req);
         let guard = req
             .call_state()
             .map(|state| state.tokens().clone().guard_attempt());

@@ -88,7 +88,9 @@ where
     }
 
     #[inline(always)]
-    fn call(&mut self, req: Req) -> Self::Future {
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        // The call's own tokens before the copy is made: the copy shares them.
+        toolshield_contract::own_call(&mut req);
         // A mutating call without an idempotency key (a blank one is none) is never
         // repeated: keep no copy. A request that states no kind (a plain value) is
         // retried as tower's `Retry` would: the policy decides.

@@ -93,6 +93,9 @@ where
         // The attempt's own start: the one clock read of this layer (a retry's later
         // attempts each get a fresh budget, so the call's entry stamp will not do).
         let start = time::now();
+        // The attempt token the guard below cancels must be this call's, not one that
+        // clones of a template share.
+        toolshield_contract::own_call(&mut req);
         // The request's deadline is enforced here too, so it holds in every stack with an
         // attempt timeout, whether or not a total deadline is configured. Which of the
         // two ends the attempt is worked out when the timer is armed.
@@ -217,8 +220,8 @@ where
             Some(state) => {
                 state.set_deadline(own);
                 let deadline = state.deadline().unwrap_or(own);
-                // Checked before the guard exists: a call that never starts leaves the
-                // attempt token (shared by the caller's clones of the request) alone.
+                // Checked before the guard exists: a call that never starts cancels no
+                // token.
                 if deadline <= start {
                     return passed(start);
                 }
