@@ -9,6 +9,10 @@
 //! cancelling an abandoned attempt): a child token costs two allocations and a lock on
 //! the call token both to make and to drop, which a tool that never watches it should
 //! not pay. A token made after its attempt or call was cancelled is made cancelled.
+//!
+//! A later attempt's tokens (and the tokens a clone of a template gets for its own
+//! call) share the call token by holding the tokens that own it, not a clone of it: one
+//! reference count instead of a lock on the token tree to make and another to drop.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -16,8 +20,25 @@ use std::sync::{Arc, OnceLock};
 use tokio_util::sync::CancellationToken;
 
 struct Tokens {
-    call: CancellationToken,
+    call: Call,
     attempt: OnceLock<CancellationToken>,
+}
+
+/// Where the call token is.
+enum Call {
+    /// Here.
+    Own(CancellationToken),
+    /// In these tokens, whose own it is (never another `Of`: one step at most).
+    Of(Arc<Tokens>),
+}
+
+impl Tokens {
+    fn call(&self) -> &CancellationToken {
+        match &self.call {
+            Call::Own(token) => token,
+            Call::Of(owner) => owner.call(),
+        }
+    }
 }
 
 /// The call token (the caller's: cancelling it cancels the whole call) and the attempt
@@ -36,7 +57,7 @@ impl CallTokens {
     #[must_use]
     pub fn with_call(call: CancellationToken) -> Self {
         CallTokens(Arc::new(Tokens {
-            call,
+            call: Call::Own(call),
             attempt: OnceLock::new(),
         }))
     }
@@ -45,24 +66,31 @@ impl CallTokens {
     #[must_use]
     pub fn from_parts(call: CancellationToken, attempt: CancellationToken) -> Self {
         CallTokens(Arc::new(Tokens {
-            call,
+            call: Call::Own(call),
             attempt: OnceLock::from(attempt),
         }))
     }
 
     /// The call token.
     pub fn call(&self) -> &CancellationToken {
-        &self.0.call
+        self.0.call()
     }
 
     /// The attempt token.
     pub fn attempt(&self) -> &CancellationToken {
-        self.0.attempt.get_or_init(|| self.0.call.child_token())
+        self.0.attempt.get_or_init(|| self.0.call().child_token())
     }
 
     /// The same call token with a fresh attempt token, for the next attempt.
     pub fn next_attempt(&self) -> CallTokens {
-        Self::with_call(self.0.call.clone())
+        let owner = match &self.0.call {
+            Call::Own(_) => Arc::clone(&self.0),
+            Call::Of(owner) => Arc::clone(owner),
+        };
+        CallTokens(Arc::new(Tokens {
+            call: Call::Of(owner),
+            attempt: OnceLock::new(),
+        }))
     }
 
     /// Whether another copy (another request) holds these same tokens: a clone of a
@@ -87,7 +115,7 @@ impl Default for CallTokens {
 impl fmt::Debug for CallTokens {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallTokens")
-            .field("call_cancelled", &self.0.call.is_cancelled())
+            .field("call_cancelled", &self.0.call().is_cancelled())
             .field(
                 "attempt_cancelled",
                 &self
