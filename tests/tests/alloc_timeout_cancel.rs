@@ -1,4 +1,5 @@
-//! The timeout and cancel layers add no heap allocation per call on the success path.
+//! The timeout and cancel layers add no heap allocation per call on the success path,
+//! alone, stacked, and under retry.
 //!
 //! One test in this file: the counting allocator sees every thread of the process.
 
@@ -83,6 +84,18 @@ fn timeout_deadline_and_cancel_do_not_allocate_on_success() {
             allocations_per_call(&mut all, 1000),
             0,
             "the three together allocate"
+        );
+        // Each layer that keeps a copy of the request or its tokens (retry, cancel) makes
+        // them the call's own first: a layer inside never takes a request built for its
+        // call for a clone of a template, which would get tokens of its own.
+        let mut retried = toolshield_retry::RetryLayer::default().layer(
+            CancelLayer::new().layer(TimeoutLayer::new(Duration::from_secs(30)).layer(BareTool)),
+        );
+        allocations_per_call(&mut retried, 10);
+        assert_eq!(
+            allocations_per_call(&mut retried, 1000),
+            0,
+            "retry around cancel around the attempt timeout allocates"
         );
     });
 }

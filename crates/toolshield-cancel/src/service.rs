@@ -54,7 +54,10 @@ where
     }
 
     #[inline(always)]
-    fn call(&mut self, req: Req) -> Self::Future {
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        // The call's own tokens before this layer keeps a copy of them (a clone of a
+        // template would otherwise look shared to the layers inside).
+        toolshield_contract::own_call(&mut req);
         match req.call_state().map(|s| s.tokens().clone()) {
             Some(tokens) if tokens.call().is_cancelled() => ResponseFuture::rejected(),
             Some(tokens) => ResponseFuture::racing(self.inner.call(req), tokens),

@@ -33,6 +33,7 @@ enum Call {
 }
 
 impl Tokens {
+    #[inline]
     fn call(&self) -> &CancellationToken {
         match &self.call {
             Call::Own(token) => token,
@@ -72,6 +73,7 @@ impl CallTokens {
     }
 
     /// The call token.
+    #[inline]
     pub fn call(&self) -> &CancellationToken {
         self.0.call()
     }
