@@ -95,8 +95,8 @@ impl CallTokens {
         }))
     }
 
-    /// Whether another copy (another request) holds these same tokens: a clone of a
-    /// template, or the template itself.
+    /// Whether anything else holds these same tokens: another request (a clone of a
+    /// template, or the template itself), a layer's copy, or a later attempt's tokens.
     #[inline]
     pub fn is_shared(&self) -> bool {
         Arc::strong_count(&self.0) > 1
