@@ -135,7 +135,9 @@ impl IdleClock {
 /// A tool reports with [`report`](Self::report) or [`heartbeat`](Self::heartbeat); the
 /// caller observes with [`on_progress`](Self::on_progress) (or
 /// [`CallState::on_progress`](crate::CallState::on_progress) when building the request).
-/// Clones share the caller's callback and the count; the idle clock belongs to one attempt.
+/// Clones share the caller's callback and the count (a clone of a template request sent
+/// as a call of its own gets a count of its own: [`CallState::own`](crate::CallState::own));
+/// the idle clock belongs to one attempt.
 #[derive(Clone, Default)]
 pub struct Progress {
     sink: Option<Arc<Sink>>,
