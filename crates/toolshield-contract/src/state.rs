@@ -189,6 +189,12 @@ impl CallState {
         }
     }
 
+    /// Whether a layer made this state the call's own ([`own`](Self::own)): `false` for
+    /// a request no layer has seen yet (a template, or a clone of one).
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
     /// [`own`](Self::own) for a request other requests share tokens with: out of line,
     /// as few calls are such clones.
     #[cold]

@@ -423,13 +423,20 @@ impl ToolRequest {
     }
 }
 
+/// A clone made inside a call (a retry's copy, a hedge) keeps the call's execution id
+/// until its attempt begins; a clone of a request no layer has seen yet (a template) is
+/// another call, with an execution id of its own.
 impl Clone for ToolRequest {
     fn clone(&self) -> Self {
         ToolRequest {
             shared: Arc::clone(&self.shared),
             state: self.state.clone(),
             idempotency_key: self.idempotency_key.clone(),
-            execution_id: self.execution_id,
+            execution_id: if self.state.is_owned() {
+                self.execution_id
+            } else {
+                Uuid::new_v4()
+            },
             extensions: self.extensions.clone(),
         }
     }

@@ -101,3 +101,22 @@ async fn each_clone_reports_only_its_own_progress_and_the_callback_sees_all() {
     // and the template kept no count of calls it never made.
     assert_eq!(template.progress().reports(), 0);
 }
+
+#[tokio::test]
+async fn each_clone_is_an_execution_of_its_own_in_its_provenance() {
+    let shield = shield();
+    let tool = shield.wrap(
+        "t",
+        service_fn(|_req: ToolRequest| async { Ok::<_, ToolError>(ToolResponse::new(json!(1))) }),
+    );
+    let template = ToolRequest::new("t", json!({"q": 1})).kind(CallKind::ReadOnly);
+    let (a, b) = tokio::join!(
+        tool.clone().oneshot(template.clone()),
+        tool.clone().oneshot(template.clone())
+    );
+    let (a, b) = (a.expect("first"), b.expect("second"));
+    let (a, b) = (a.provenance.execution_id, b.provenance.execution_id);
+    assert!(a.is_some() && b.is_some(), "{a:?} {b:?}");
+    assert_ne!(a, b, "two calls reported one execution id");
+    assert_ne!(a, Some(template.execution_id()));
+}
