@@ -170,8 +170,8 @@ impl CallState {
 
     /// Makes the parts a request shares with its clones this call's own, once per call:
     /// the first layer to see the call does it (entering does; so do the retry, the
-    /// hedge and the fallback before they copy the request, and the attempt timeout
-    /// before it guards the attempt token). A request that another request still shares
+    /// hedge, the fallback and the cancel layer before they keep a copy of the request or
+    /// its tokens, and the attempt timeout before it guards the attempt token). A request that another request still shares
     /// its tokens with (a clone of a template, sent as a call of its own) gets a fresh
     /// attempt token (a child of the same call token, which stays the caller's) and a
     /// fresh progress count (the callback stays the caller's): one call's timeout never
