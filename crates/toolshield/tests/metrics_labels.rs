@@ -130,7 +130,7 @@ fn counter(text: &str, name: &str, tool: &str) -> f64 {
         .map_or(0.0, |v| v.trim().parse().unwrap_or(f64::NAN))
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn only_a_tool_with_a_cache_counts_cache_misses() {
     let exporter = local_prometheus();
     let config = ShieldConfig::from_toml_str(

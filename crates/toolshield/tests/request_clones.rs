@@ -102,7 +102,7 @@ async fn each_clone_reports_only_its_own_progress_and_the_callback_sees_all() {
     assert_eq!(template.progress().reports(), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn each_clone_is_an_execution_of_its_own_in_its_provenance() {
     let shield = shield();
     let tool = shield.wrap(
