@@ -12,7 +12,7 @@
 //! | `fetched_at` | when the data was fetched: a cache hit or an idempotent replay keeps the original time |
 //! | `cache_hit`, `replayed`, `stale`, `slow` | as set by the cache, idempotency and timeout layers |
 //! | `attempts` | as counted by the retry layer (1 without one) |
-//! | `execution_id` | the attempt that produced the data when an inner layer recorded it, else the call's |
+//! | `execution_id` | the attempt that produced the data, as [`AttemptProvenanceLayer`] records it below a retry (a retry gives each attempt an id of its own); without that layer, what the tool or an inner layer wrote, else the id the call entered with (its first attempt's) |
 //! | `trace_id` | the request's trace id |
 //! | `duration` (`durationMs`) | the duration of this logical call, cache hits included |
 //! | `response_digest` | SHA-256 of the RFC 8785 canonical output ([`payload_digest`](toolshield_core::payload_digest)) |
@@ -29,11 +29,13 @@
 //! everything else, so the duration covers the whole call and a cache hit is stamped
 //! like a fresh result.
 
+mod attempt;
 mod config;
 mod future;
 mod layer;
 mod service;
 
+pub use attempt::{AttemptFuture, AttemptProvenance, AttemptProvenanceLayer};
 pub use config::ProvenanceConfig;
 pub use future::ResponseFuture;
 pub use layer::ProvenanceLayer;

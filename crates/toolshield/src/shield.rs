@@ -23,7 +23,7 @@ use toolshield_idempotency::{
 };
 use toolshield_metrics::names::OTHER_TOOL;
 use toolshield_metrics::{MetricsConfig, MetricsLayer, MetricsTarget, PrometheusExporter};
-use toolshield_provenance::ProvenanceLayer;
+use toolshield_provenance::{AttemptProvenanceLayer, ProvenanceLayer};
 
 use crate::collectors::{
     BreakerMetrics, BudgetMetrics, BulkheadMetrics, ChaosMetrics, FallbackMetrics, HedgeMetrics,
@@ -1005,6 +1005,7 @@ fn attempt_stack<S: ToolService>(
                 .layer(metrics.attempt_layer())
                 .layer(breaker)
                 .layer(l.timeout)
+                .layer(AttemptProvenanceLayer::new())
                 .layer(catch_panic())
                 .service(service),
         );
@@ -1018,6 +1019,7 @@ fn attempt_stack<S: ToolService>(
             .layer(Optional(flow.bulkhead.clone()))
             .layer(l.timeout)
             .layer(Optional(flow.faults.clone()))
+            .layer(AttemptProvenanceLayer::new())
             .layer(catch_panic())
             .service(service),
     ))
