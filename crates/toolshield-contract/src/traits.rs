@@ -112,6 +112,7 @@ impl CallIds {
 /// | [`call_idempotency_key`](Self::call_idempotency_key) | retry, hedge, idempotency (through [`idempotency_key_of`]: blank is none) | none |
 /// | [`call_meta`](Self::call_meta) | metrics (span fields), budget (the run and caller it charges) | no ids |
 /// | [`begin_attempt`](Self::begin_attempt) | retry | the state's, if any |
+/// | [`renew_attempt`](Self::renew_attempt) | hedge, fallback | the state's, if any |
 ///
 /// Implemented for `ToolRequest` (every method), `http::Request<B>` (feature `http`: the
 /// state lives in its extensions, the name is the host, the kind follows the method, the
@@ -182,6 +183,18 @@ pub trait ShieldRequest {
     fn begin_attempt(&mut self, attempt: u32) {
         if let Some(state) = self.call_state_mut() {
             state.begin_attempt(attempt);
+        }
+    }
+
+    /// Makes this copy another try at the call outside the retry's numbering: a hedge
+    /// sent beside the attempt already running, a fallback tier after the primary
+    /// failed. By default a fresh attempt token in the state
+    /// ([`CallState::renew_attempt_token`]): the try is cancelled alone, and never
+    /// inherits a token a timeout of another try cancelled. A type with an id per
+    /// attempt renews it here too. The attempt number stays.
+    fn renew_attempt(&mut self) {
+        if let Some(state) = self.call_state_mut() {
+            state.renew_attempt_token();
         }
     }
 }

@@ -317,7 +317,8 @@ impl ToolRequest {
         self.idempotency_key = key;
     }
 
-    /// The id of the current attempt (UUID v4, renewed by [`begin_attempt`](Self::begin_attempt)).
+    /// The id of the current attempt (UUID v4, renewed by [`begin_attempt`](Self::begin_attempt),
+    /// and by [`ShieldRequest::renew_attempt`] for a hedge or a fallback tier).
     pub fn execution_id(&self) -> Uuid {
         self.execution_id
     }
@@ -484,5 +485,9 @@ impl ShieldRequest for ToolRequest {
     }
     fn begin_attempt(&mut self, attempt: u32) {
         ToolRequest::begin_attempt(self, attempt);
+    }
+    fn renew_attempt(&mut self) {
+        self.state.renew_attempt_token();
+        self.execution_id = Uuid::new_v4();
     }
 }

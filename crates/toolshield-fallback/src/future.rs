@@ -441,11 +441,10 @@ fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'stati
     }
     shared.stats.tiers[index].1.fetch_add(1, Ordering::Relaxed);
     // A tier is another try at the call: a fresh attempt token (the primary's may have
-    // been cancelled by its attempt timeout), cancelled if the tier is dropped unfinished.
+    // been cancelled by its attempt timeout), cancelled if the tier is dropped
+    // unfinished, and for a request with an id per attempt, an execution id of its own.
     let mut req = req.clone();
-    if let Some(state) = req.call_state_mut() {
-        state.renew_attempt_token();
-    }
+    req.renew_attempt();
     let guard = req
         .call_state()
         .map(|state| state.tokens().clone().guard_attempt());

@@ -220,12 +220,12 @@ where
                 self.due = false;
                 self.sent += 1;
                 let mut req = self.req.clone();
-                let guard = req.call_state_mut().map(|state| {
-                    // Its own attempt token, a child of the call token.
-                    let tokens = state.tokens().next_attempt();
-                    state.set_tokens(tokens.clone());
-                    tokens.guard_attempt()
-                });
+                // Its own attempt token (a child of the call token) and, for a request
+                // with an id per attempt, its own execution id.
+                req.renew_attempt();
+                let guard = req
+                    .call_state()
+                    .map(|state| state.tokens().clone().guard_attempt());
                 let now = time::now();
                 self.last_sent = now;
                 self.hedges.push(Attempt {

@@ -4,7 +4,9 @@
 //! (a cache hit) keeps the id of the execution that fetched it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use toolshield::fallback::FallbackLayer;
 
 use serde_json::json;
 use toolshield::prelude::*;
@@ -18,6 +20,14 @@ retry = { max_attempts = 3, backoff = { strategy = "fixed", min = "10ms", max = 
 [tools.cached]
 kind = "read_only"
 cache = { ttl = "60s" }
+
+[tools.hedged]
+kind = "read_only"
+hedge = { enabled = true, delay = "100ms", max_hedges = 1 }
+
+[tools.primary]
+kind = "read_only"
+retry = { max_attempts = 1 }
 "#;
 
 fn shield() -> Shield {
@@ -99,4 +109,68 @@ async fn a_cache_hit_keeps_the_execution_that_fetched_it() {
         "a hit names the execution that fetched the data"
     );
     assert_ne!(named_id(&hit).as_deref(), Some(this_call.as_str()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_is_an_execution_of_its_own_and_its_result_names_it() {
+    let shield = shield();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    // The first attempt waits for its token (the hedge's win cancels it); the hedge
+    // answers at once.
+    let tool = service_fn(move |req: ToolRequest| {
+        let first = {
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            log.push(req.execution_id().to_string());
+            log.len() == 1
+        };
+        async move {
+            if first {
+                req.attempt_token().cancelled().await;
+                return Err(ToolError::cancelled("lost the race"));
+            }
+            Ok::<_, ToolError>(ToolResponse::new(json!(req.execution_id().to_string())))
+        }
+    });
+    let res = shield
+        .wrap("hedged", tool)
+        .oneshot(ToolRequest::new("hedged", json!({})))
+        .await
+        .expect("the hedge answers");
+    assert_eq!(res.provenance.hedge_answered_by, Some(2));
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_ne!(seen[0], seen[1], "two executions side by side told one id");
+    assert_eq!(named_id(&res).as_deref(), Some(seen[1].as_str()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shielded_fallback_tier_is_an_execution_of_its_own() {
+    let shield = shield();
+    let primary_saw: Arc<Mutex<Option<String>>> = Arc::default();
+    let saw = Arc::clone(&primary_saw);
+    let primary = service_fn(move |req: ToolRequest| {
+        *saw.lock().unwrap_or_else(|e| e.into_inner()) = Some(req.execution_id().to_string());
+        async { Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "down")) }
+    });
+    let backup = service_fn(|req: ToolRequest| async move {
+        Ok::<_, ToolError>(ToolResponse::new(json!(req.execution_id().to_string())))
+    });
+    // A tier with a shield of its own, as the fallback's documentation advises: its
+    // provenance names the tier's execution.
+    let chain = FallbackLayer::new().tier("backup", shield.wrap("backup", backup));
+    let res = shield
+        .wrap_with_fallback("primary", primary, Some(chain))
+        .oneshot(ToolRequest::new("primary", json!({})))
+        .await
+        .expect("the tier answers");
+    assert_eq!(res.provenance.tier.as_deref(), Some("backup"));
+    let primary_id = primary_saw
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .expect("the primary ran");
+    let tier_id = res.output.as_str().map(str::to_owned).expect("an id");
+    assert_ne!(tier_id, primary_id, "the primary and its tier told one id");
+    assert_eq!(named_id(&res), Some(tier_id));
 }
