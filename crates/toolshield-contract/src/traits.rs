@@ -113,6 +113,7 @@ impl CallIds {
 /// | [`call_meta`](Self::call_meta) | metrics (span fields), budget (the run and caller it charges) | no ids |
 /// | [`begin_attempt`](Self::begin_attempt) | retry | the state's, if any |
 /// | [`renew_attempt`](Self::renew_attempt) | hedge, fallback | the state's, if any |
+/// | [`attempt_id`](Self::attempt_id) | attempt provenance, fallback (the try a response names) | no id: nothing named |
 ///
 /// Implemented for `ToolRequest` (every method), `http::Request<B>` (feature `http`: the
 /// state lives in its extensions, the name is the host, the kind follows the method, the
@@ -196,6 +197,13 @@ pub trait ShieldRequest {
         if let Some(state) = self.call_state_mut() {
             state.renew_attempt_token();
         }
+    }
+
+    /// The id of the current attempt, for a type that has one (`ToolRequest`'s execution
+    /// id, as 16 bytes): what a layer that sent this try names on the response it
+    /// produced ([`ShieldResponse::name_attempt`]). `None` by default.
+    fn attempt_id(&self) -> Option<[u8; 16]> {
+        None
     }
 }
 
@@ -323,6 +331,13 @@ pub trait ShieldResponse {
     /// hook supplied it). The default keeps no mark.
     fn mark_tier(&mut self, tier: &Arc<str>) {
         let _ = tier;
+    }
+
+    /// Names the attempt that produced the response ([`ShieldRequest::attempt_id`]),
+    /// unless it names one already: the try closest to the tool knows best. The default
+    /// keeps no name.
+    fn name_attempt(&mut self, id: [u8; 16]) {
+        let _ = id;
     }
 
     /// Whether the outcome could not be recorded for deduplication (an idempotency store

@@ -490,4 +490,7 @@ impl ShieldRequest for ToolRequest {
         self.state.renew_attempt_token();
         self.execution_id = Uuid::new_v4();
     }
+    fn attempt_id(&self) -> Option<[u8; 16]> {
+        Some(*self.execution_id.as_bytes())
+    }
 }

@@ -381,6 +381,13 @@ impl ShieldResponse for ToolResponse {
     }
 
     #[inline]
+    fn name_attempt(&mut self, id: [u8; 16]) {
+        if self.provenance.execution_id.is_none() {
+            self.provenance.execution_id = Some(Uuid::from_bytes(id));
+        }
+    }
+
+    #[inline]
     fn replayed(&self) -> bool {
         self.provenance.replayed
     }

@@ -46,10 +46,12 @@ pin_project! {
         Primary { #[pin] fut: F },
         // `guard` cancels the tier's attempt token if the tier is dropped unfinished or
         // cut by the deadline (`fut` gives `None`).
+        // `attempt` is the tier's attempt id, named on its result.
         Tier {
             fut: BoxFuture<Option<Result<Res, ToolError>>>,
             index: usize,
             guard: Option<AttemptGuard>,
+            attempt: Option<[u8; 16]>,
         },
         Escalating { fut: BoxFuture<Escalation<Req, Res>> },
         Done,
@@ -117,7 +119,12 @@ where
                     },
                     Poll::Ready(Err(e)) => (Arc::<str>::from(PRIMARY), e.into_tool_error(), 0),
                 },
-                StateProj::Tier { fut, index, guard } => {
+                StateProj::Tier {
+                    fut,
+                    index,
+                    guard,
+                    attempt,
+                } => {
                     let Poll::Ready(result) = fut.as_mut().poll(cx) else {
                         return Poll::Pending;
                     };
@@ -145,6 +152,9 @@ where
                     };
                     match result {
                         Ok(mut res) => {
+                            if let Some(id) = *attempt {
+                                res.name_attempt(id);
+                            }
                             res.mark_tier(&this.shared.tiers[*index].name);
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(res));
@@ -445,6 +455,7 @@ fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'stati
     // unfinished, and for a request with an id per attempt, an execution id of its own.
     let mut req = req.clone();
     req.renew_attempt();
+    let attempt = req.attempt_id();
     let guard = req
         .call_state()
         .map(|state| state.tokens().clone().guard_attempt());
@@ -458,6 +469,7 @@ fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'stati
         fut: Box::pin(fut),
         index,
         guard,
+        attempt,
     }))
 }
 

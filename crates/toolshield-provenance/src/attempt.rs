@@ -7,16 +7,18 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
-use uuid::Uuid;
 
-use toolshield_core::{ToolRequest, ToolResponse};
+use toolshield_core::{ShieldRequest, ShieldResponse};
 
 /// Records on each response the execution id of the attempt that produced it, unless the
-/// tool or a layer inside already named one.
+/// tool or a layer inside already named one
+/// ([`ShieldRequest::attempt_id`], [`ShieldResponse::name_attempt`]: for any request
+/// and response types that have them; a type without attempt ids passes through).
 ///
 /// A retry gives each attempt an execution id of its own
-/// ([`ToolRequest::begin_attempt`]), so the id the [`ProvenanceLayer`](crate::ProvenanceLayer)
-/// sees as the call enters is the first attempt's. Placed below the retry (and the hedge),
+/// ([`ToolRequest::begin_attempt`](toolshield_core::ToolRequest::begin_attempt)), so the
+/// id the [`ProvenanceLayer`](crate::ProvenanceLayer) sees as the call enters is the
+/// first attempt's. Placed below the retry (and the hedge),
 /// this layer sees the attempt that answered, and the response's `execution_id` names it:
 /// the id the tool saw, and logged, when it produced the data. The shield puts it right
 /// above the tool in every stack it builds; compose it the same way by hand:
@@ -89,11 +91,13 @@ impl<S> AttemptProvenance<S> {
     }
 }
 
-impl<S> Service<ToolRequest> for AttemptProvenance<S>
+impl<S, Req> Service<Req> for AttemptProvenance<S>
 where
-    S: Service<ToolRequest, Response = ToolResponse>,
+    S: Service<Req>,
+    S::Response: ShieldResponse,
+    Req: ShieldRequest,
 {
-    type Response = ToolResponse;
+    type Response = S::Response;
     type Error = S::Error;
     type Future = AttemptFuture<S::Future>;
 
@@ -102,11 +106,11 @@ where
     }
 
     #[inline(always)]
-    fn call(&mut self, req: ToolRequest) -> Self::Future {
-        let execution_id = req.execution_id();
+    fn call(&mut self, req: Req) -> Self::Future {
+        let attempt_id = req.attempt_id();
         AttemptFuture {
             inner: self.inner.call(req),
-            execution_id,
+            attempt_id,
         }
     }
 }
@@ -116,31 +120,30 @@ pin_project! {
     pub struct AttemptFuture<F> {
         #[pin]
         inner: F,
-        execution_id: Uuid,
+        attempt_id: Option<[u8; 16]>,
     }
 }
 
 impl<F> std::fmt::Debug for AttemptFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AttemptFuture")
-            .field("execution_id", &self.execution_id)
+            .field("attempt_id", &self.attempt_id.is_some())
             .finish_non_exhaustive()
     }
 }
 
-impl<F, E> Future for AttemptFuture<F>
+impl<F, Res, E> Future for AttemptFuture<F>
 where
-    F: Future<Output = Result<ToolResponse, E>>,
+    F: Future<Output = Result<Res, E>>,
+    Res: ShieldResponse,
 {
-    type Output = Result<ToolResponse, E>;
+    type Output = Result<Res, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut result = ready!(this.inner.poll(cx));
-        if let Ok(resp) = &mut result {
-            if resp.provenance.execution_id.is_none() {
-                resp.provenance.execution_id = Some(*this.execution_id);
-            }
+        if let (Ok(res), Some(id)) = (&mut result, *this.attempt_id) {
+            res.name_attempt(id);
         }
         Poll::Ready(result)
     }

@@ -174,3 +174,29 @@ async fn a_shielded_fallback_tier_is_an_execution_of_its_own() {
     assert_ne!(tier_id, primary_id, "the primary and its tier told one id");
     assert_eq!(named_id(&res), Some(tier_id));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_bare_fallback_tier_is_named_by_the_fallback() {
+    let shield = shield();
+    let primary = service_fn(|_req: ToolRequest| async {
+        Err::<ToolResponse, _>(ToolError::new(ErrorKind::UpstreamUnavailable, "down"))
+    });
+    // No shield of its own: only the fallback sees the tier's request.
+    let backup = service_fn(|req: ToolRequest| async move {
+        Ok::<_, ToolError>(ToolResponse::new(json!(req.execution_id().to_string())))
+    });
+    let req = ToolRequest::new("primary", json!({}));
+    let entered_with = req.execution_id().to_string();
+    let res = shield
+        .wrap_with_fallback(
+            "primary",
+            primary,
+            Some(FallbackLayer::new().tier("backup", backup)),
+        )
+        .oneshot(req)
+        .await
+        .expect("the tier answers");
+    let tier_id = res.output.as_str().map(str::to_owned).expect("an id");
+    assert_ne!(tier_id, entered_with);
+    assert_eq!(named_id(&res), Some(tier_id));
+}
