@@ -1,6 +1,7 @@
 //! Which execution a result names: a retry gives each attempt an execution id of its
 //! own, and the response's provenance names the attempt that produced the data (the id
-//! the tool saw, and logged), not the first attempt that failed. A result served again
+//! the tool saw, and logged), not the first attempt that failed. A hedge and a fallback
+//! tier are executions of their own, and their results name them. A result served again
 //! (a cache hit) keeps the id of the execution that fetched it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
