@@ -45,8 +45,8 @@ pin_project! {
     enum State<F, Req, Res> {
         Primary { #[pin] fut: F },
         // `guard` cancels the tier's attempt token if the tier is dropped unfinished or
-        // cut by the deadline (`fut` gives `None`).
-        // `attempt` is the tier's attempt id, named on its result.
+        // cut by the deadline (`fut` gives `None`); `attempt` is the tier's attempt id,
+        // named on its result.
         Tier {
             fut: BoxFuture<Option<Result<Res, ToolError>>>,
             index: usize,

@@ -127,7 +127,7 @@ pin_project! {
 impl<F> std::fmt::Debug for AttemptFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AttemptFuture")
-            .field("attempt_id", &self.attempt_id.is_some())
+            .field("names_attempt", &self.attempt_id.is_some())
             .finish_non_exhaustive()
     }
 }
