@@ -91,6 +91,12 @@ where
         let Some(fault) = self.plan.draw() else {
             return ResponseFuture::call(self.inner.call(req));
         };
+        // An injected fault stands for the tool misbehaving: to a claim on the call (a
+        // mutation's idempotency key) the attempt reached the tool, as a real timeout,
+        // hang or error would have, and a drop or a `TIMEOUT` leaves it `OUTCOME_UNKNOWN`.
+        if let Some(state) = req.call_state() {
+            state.mark_started();
+        }
         match fault {
             Fault::Latency(delay) => {
                 self.stats.count(FaultKind::Latency);

@@ -70,6 +70,11 @@ pub trait ResumeSink: Send + Sync + 'static {
     /// Records `token` for the call's claim, replacing any earlier one, and resolves once
     /// it is written (see [`ResumeFuture`]).
     fn record<'a>(&'a self, token: &'a str) -> ResumeFuture<'a>;
+
+    /// Told that an attempt of the call was handed to the service that does the work
+    /// ([`Resume::mark_started`]): from then on the work may have started. The default
+    /// ignores it.
+    fn mark_started(&self) {}
 }
 
 /// The per-call resume handle, part of a [`CallState`](crate::CallState) when a layer
@@ -97,6 +102,17 @@ impl Resume {
     /// future resolves once it is written (`Ok(true)`), or says why not.
     pub fn record<'a>(&'a self, token: &'a str) -> ResumeFuture<'a> {
         self.sink.record(token)
+    }
+
+    /// Tells the claim that an attempt of the call is being handed to the service that
+    /// does the work, or to something that stands for it (a fallback tier, an injected
+    /// fault): from then on the work may have started. A layer right above the service
+    /// calls it as it passes each attempt on
+    /// (`toolshield_provenance::AttemptProvenanceLayer` does, in every stack the shield
+    /// builds); the claiming layer, told that the stack marks its attempts, then knows
+    /// that a call dropped or cancelled before any mark ran nothing, and frees its key.
+    pub fn mark_started(&self) {
+        self.sink.mark_started();
     }
 }
 

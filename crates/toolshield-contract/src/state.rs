@@ -294,6 +294,15 @@ impl CallState {
     pub fn set_resume(&mut self, resume: Option<Resume>) {
         self.resume = resume;
     }
+
+    /// Tells the call's claim, if a layer holds one, that an attempt is being handed to
+    /// the service that does the work ([`Resume::mark_started`]); nothing otherwise.
+    #[inline]
+    pub fn mark_started(&self) {
+        if let Some(resume) = &self.resume {
+            resume.mark_started();
+        }
+    }
 }
 
 /// [`CallState::own`] on the state `req` carries, for a layer that guards an attempt

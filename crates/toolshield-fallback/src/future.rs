@@ -303,6 +303,11 @@ where
                         tiers = this.errors.len(),
                         "every tier failed; escalating"
                     );
+                    // The hook is application code that may do the work itself: the
+                    // call's claim learns that it may have started.
+                    if let Some(state) = req.call_state() {
+                        state.mark_started();
+                    }
                     let failure = FallbackFailure {
                         request: req.clone(),
                         errors: this.errors.clone(),
@@ -456,9 +461,12 @@ fn start_tier<F, Req: ShieldRequest + Clone + Send + 'static, Res: Send + 'stati
     let mut req = req.clone();
     req.renew_attempt();
     let attempt = req.attempt_id();
-    let guard = req
-        .call_state()
-        .map(|state| state.tokens().clone().guard_attempt());
+    // A tier may be any service, with or without a stack that marks its attempts: the
+    // call's claim (if a layer above holds one) learns here that the work may start.
+    let guard = req.call_state().map(|state| {
+        state.mark_started();
+        state.tokens().clone().guard_attempt()
+    });
     // Raced against the request's deadline: a tier is held to it whether or not the
     // service it wraps has a timeout of its own.
     let fut = Bounded {

@@ -21,12 +21,16 @@ use crate::store::IdempotencyStore;
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     pub(crate) shared: Arc<Shared>,
+    // Whether the stack below marks each attempt as it reaches the tool
+    // ([`with_attempt_marks`](Self::with_attempt_marks)).
+    pub(crate) attempt_marks: bool,
 }
 
 impl std::fmt::Debug for IdempotencyLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdempotencyLayer")
             .field("config", &self.shared.config)
+            .field("attempt_marks", &self.attempt_marks)
             .finish_non_exhaustive()
     }
 }
@@ -67,7 +71,36 @@ impl IdempotencyLayer {
                 store,
                 counters: Counters::default(),
             }),
+            attempt_marks: false,
         })
+    }
+
+    /// Tells the layer that the stack below it marks each attempt as it reaches the tool
+    /// ([`CallState::mark_started`](toolshield_core::CallState::mark_started):
+    /// `toolshield_provenance::AttemptProvenanceLayer` right above the tool does, and so
+    /// do a fallback tier and an injected fault). The stacks the shield builds are marked.
+    ///
+    /// With the marks, a `Mutating` call that ends before any attempt reached the tool
+    /// (dropped or cancelled while it waited in a bulkhead's queue, for a rate limiter's
+    /// turn or between attempts; a `TIMEOUT` before it was sent) ran nothing: its key is
+    /// freed, as after a refusal, and a waiting duplicate or a later call runs it. Without
+    /// them (the default) the layer cannot tell a call still queued from one already
+    /// sent, and keeps any such call `OUTCOME_UNKNOWN`.
+    ///
+    /// Say so only for a stack that marks every way to the tool: an attempt that reaches
+    /// it unmarked and is then dropped would free a key whose work may have run. The call
+    /// must also stay on the caller's task between this layer and the mark (no `Buffer`,
+    /// no spawned attempt), so that a dropped call cannot reach the tool later.
+    #[must_use]
+    pub fn with_attempt_marks(mut self) -> Self {
+        self.attempt_marks = true;
+        self
+    }
+
+    /// Whether the layer was told that the stack below marks its attempts
+    /// ([`with_attempt_marks`](Self::with_attempt_marks)).
+    pub fn attempt_marks(&self) -> bool {
+        self.attempt_marks
     }
 
     /// The handle: counters, `record`, `forget`.

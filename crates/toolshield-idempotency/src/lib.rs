@@ -13,6 +13,7 @@
 //! | non-retriable failure | FAILED (60 s) | the same error |
 //! | retriable failure, cancellation | released | a fresh run |
 //! | a mutation that timed out after it was sent | FAILED `OUTCOME_UNKNOWN` (24 h) | `OUTCOME_UNKNOWN` until [`IdempotencyHandle::forget`] |
+//! | a mutation dropped or timed out before any attempt reached the tool, in a stack that marks its attempts ([`IdempotencyLayer::with_attempt_marks`]) | released | a fresh run |
 //!
 //! A duplicate that arrives while the first call is PENDING waits for its result (up to
 //! 10 s) or fails fast with `IN_PROGRESS`; the same key with another payload is

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -12,8 +12,8 @@ use toolshield_core::config::deadline_after;
 use toolshield_core::time;
 use toolshield_core::IntoToolError;
 use toolshield_core::{
-    CallKind, Digest, ErrorKind, Resume, ResumeFuture, ResumeSink, SharedPayload, ShieldRequest,
-    ToolError, ToolRequest, ToolResponse,
+    CallKind, CallState, Digest, ErrorKind, Resume, ResumeFuture, ResumeSink, SharedPayload,
+    ShieldRequest, ToolError, ToolRequest, ToolResponse,
 };
 use toolshield_store::{take_ready, StorePath, StoreService};
 use tower_service::Service;
@@ -90,7 +90,8 @@ impl StorePath<ToolRequest> for IdempotencyLayer {
         // The ready service goes into the future; the service keeps an unready clone.
         let svc = take_ready(inner);
         let shared = Arc::clone(&self.shared);
-        ResponseFuture::boxed(Box::pin(run(shared, svc, req, skey, derived)))
+        let marks = self.attempt_marks;
+        ResponseFuture::boxed(Box::pin(run(shared, svc, req, skey, derived, marks)))
     }
 }
 
@@ -142,11 +143,14 @@ enum OnDrop {
     ReleaseClaim,
     /// Write this record (the final one, or `OUTCOME_UNKNOWN` for a write that failed).
     Write(Box<IdempotencyRecord>, Duration),
-    /// A mutation in flight: write `OUTCOME_UNKNOWN` for it, kept for `ttl`. The record is
-    /// built only if the call is dropped, not on every call that runs.
+    /// A mutation in flight: write `OUTCOME_UNKNOWN` for it, kept for `ttl`, if an attempt
+    /// may have reached the tool (`claim`'s marks); else free the key as
+    /// [`Release`](Self::Release) does (a claim that took over resumable work is left to
+    /// lapse instead, keeping its token). The record is built only if the call is
+    /// dropped, not on every call that runs.
     Unknown {
         payload_hash: Digest,
-        tool: Arc<str>,
+        claim: Arc<ClaimResume>,
         ttl: Duration,
     },
     /// Nothing to clean up.
@@ -176,12 +180,19 @@ impl ClaimGuard {
         };
         // The OUTCOME_UNKNOWN record, built only now that there is somewhere to write it.
         let action = match action {
+            // Nothing reached the tool: nothing ran.
+            OnDrop::Unknown { claim, .. } if !claim.may_have_started() => {
+                if claim.from.is_some() {
+                    return;
+                }
+                OnDrop::Release
+            }
             OnDrop::Unknown {
                 payload_hash,
-                tool,
+                claim,
                 ttl,
             } => {
-                let err = outcome_unknown(&tool, "was cancelled after it was sent");
+                let err = outcome_unknown(&claim.tool, "was cancelled after it was sent");
                 let rec = IdempotencyRecord::failed(payload_hash, self.owner.clone(), &err, ttl);
                 OnDrop::Write(Box::new(rec), ttl)
             }
@@ -417,6 +428,7 @@ async fn run<S>(
     mut req: ToolRequest,
     skey: String,
     derived: Option<String>,
+    attempt_marks: bool,
 ) -> Result<ToolResponse, ToolError>
 where
     S: Service<ToolRequest, Response = ToolResponse>,
@@ -564,6 +576,7 @@ where
         lease,
         guard,
         resume,
+        attempt_marks,
     };
     Box::pin(execute(shared, svc, req, owned)).await
 }
@@ -595,22 +608,45 @@ struct Claimed {
     guard: ClaimGuard,
     /// The resume token of the claim taken over, if it carried one.
     resume: Option<String>,
+    /// Whether the stack below marks the attempts that reach the tool.
+    attempt_marks: bool,
 }
 
 /// The [`ResumeSink`] of a claimed call: records a resume token on the claim's PENDING
-/// record, fenced by the claim's owner token, and hands out the token of the claim taken
-/// over.
+/// record, fenced by the claim's owner token, hands out the token of the claim taken
+/// over, and learns when an attempt reaches the tool.
 struct ClaimResume {
     shared: Arc<Shared>,
     tool: Arc<str>,
     key: String,
     owner: String,
     from: Option<String>,
+    /// Whether an attempt may have reached the tool: set by the marks of the stack below
+    /// ([`ResumeSink::mark_started`]); `true` from the start when the stack does not mark
+    /// its attempts. Written and read by the task that runs the call (a drop is never
+    /// concurrent with a poll), so relaxed ordering suffices.
+    started: AtomicBool,
+    /// The handle of a claim this call runs under (a shielded stack used as a fallback
+    /// tier, or nested in another's tool), told of every start too.
+    outer: Option<Resume>,
+}
+
+impl ClaimResume {
+    fn may_have_started(&self) -> bool {
+        self.started.load(Ordering::Relaxed)
+    }
 }
 
 impl ResumeSink for ClaimResume {
     fn resume_from(&self) -> Option<&str> {
         self.from.as_deref()
+    }
+
+    fn mark_started(&self) {
+        self.started.store(true, Ordering::Relaxed);
+        if let Some(outer) = &self.outer {
+            outer.mark_started();
+        }
     }
 
     fn record<'a>(&'a self, token: &'a str) -> ResumeFuture<'a> {
@@ -679,6 +715,8 @@ where
             key: guard.key.clone(),
             owner: guard.owner.clone(),
             from: c.resume.take(),
+            started: AtomicBool::new(!c.attempt_marks),
+            outer: req.call_state().and_then(CallState::resume).cloned(),
         });
         if let Some(state) = req.call_state_mut() {
             state.set_resume(Some(Resume::new(Arc::clone(&claim) as Arc<dyn ResumeSink>)));
@@ -723,16 +761,21 @@ where
         }
         counters.executions.bump();
         if mutating {
-            // From here on the call may take effect: a drop leaves OUTCOME_UNKNOWN.
+            // From the first attempt that reaches the tool on, the call may take effect: a
+            // drop then leaves OUTCOME_UNKNOWN.
             guard.on_drop = OnDrop::Unknown {
                 payload_hash,
-                tool: Arc::clone(tool),
+                claim: Arc::clone(&claim),
                 ttl: cfg.record_ttl,
             };
         }
         let payload = req.shared_payload();
         let result =
             call_under_lease(&shared, &mut svc, req, tool, skey, owner, mutating, lease).await;
+        // Whether a mutation may have taken effect: one none of whose attempts reached the
+        // tool ran nothing, whatever ended it (told by the stack's marks; assumed without).
+        let sent = mutating && claim.may_have_started();
+        let unsent = mutating && !sent;
 
         // ----- record the outcome -----
         match result {
@@ -781,7 +824,7 @@ where
                 guard.on_drop = OnDrop::Nothing;
                 Ok(resp)
             }
-            Err(e) if mutating && e.kind().may_have_taken_effect() => {
+            Err(e) if sent && e.kind().may_have_taken_effect() => {
                 counters.outcome_unknown.bump();
                 let err = outcome_unknown(tool, &why_unknown(&e)).with_source(e);
                 let rec =
@@ -790,7 +833,11 @@ where
                 record(&shared, at, rec, cfg.record_ttl, lease, guard, &payload).await;
                 Err(err)
             }
-            Err(e) if releases_key(e.kind()) && claim.from.is_some() => {
+            Err(e)
+                if (releases_key(e.kind())
+                    || (unsent && e.kind() == ErrorKind::OutcomeUnknown))
+                    && claim.from.is_some() =>
+            {
                 // This call resumed work an earlier owner started (its token is on the claim):
                 // releasing would let the next call start that work again. The claim is left
                 // to lapse instead, so the next claim takes it over and resumes.
@@ -802,7 +849,7 @@ where
             // on the token (an MCP call is, once handed to the transport): the key is kept
             // as `OUTCOME_UNKNOWN`, as it is when the cancel layer drops the call's future
             // instead. The caller still gets its `CANCELLED`.
-            Err(e) if mutating && e.kind() == ErrorKind::Cancelled => {
+            Err(e) if sent && e.kind() == ErrorKind::Cancelled => {
                 counters.outcome_unknown.bump();
                 let unknown =
                     outcome_unknown(tool, "was cancelled after it was sent").with_source(e.clone());
@@ -818,10 +865,12 @@ where
             }
             // An `Idempotent` call whose outcome is unknown (a resumed task the server no
             // longer knows, say) may simply run again: that is what idempotent means. Its
-            // token, if any, named the work that was lost, so it goes with the claim.
+            // token, if any, named the work that was lost, so it goes with the claim. So
+            // may a mutation that never reached the tool (a `TIMEOUT` or `CANCELLED` before
+            // it was sent is a refusal).
             Err(e)
                 if releases_key(e.kind())
-                    || (!mutating && e.kind() == ErrorKind::OutcomeUnknown) =>
+                    || ((!mutating || unsent) && e.kind() == ErrorKind::OutcomeUnknown) =>
             {
                 guard.on_drop = OnDrop::Release;
                 match shared.store.release(skey, owner).await {
@@ -1011,6 +1060,7 @@ mod tests {
                 on_drop: OnDrop::Nothing,
             },
             resume: None,
+            attempt_marks: true,
         };
         let req = ToolRequest::new("pay", serde_json::json!({}));
         let fut = execute(shared, toolshield_test::BareTool, req, claimed);

@@ -1,4 +1,5 @@
-//! [`AttemptProvenanceLayer`]: records which attempt produced a response.
+//! [`AttemptProvenanceLayer`]: records which attempt produced a response, and tells the
+//! call's claim when an attempt reaches the tool.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +22,15 @@ use toolshield_core::{ShieldRequest, ShieldResponse};
 /// first attempt's. Placed below the retry (and the hedge),
 /// this layer sees the attempt that answered, and the response's `execution_id` names it:
 /// the id the tool saw, and logged, when it produced the data. The shield puts it right
-/// above the tool in every stack it builds; compose it the same way by hand:
+/// above the tool in every stack it builds; compose it the same way by hand.
+///
+/// It also marks where an attempt reaches the tool: as it passes each attempt on, it
+/// tells the call's claim, if a layer above holds one, that the work may have started
+/// ([`CallState::mark_started`](toolshield_core::CallState::mark_started)). A
+/// `toolshield_idempotency::IdempotencyLayer` told that the stack marks its attempts
+/// (`with_attempt_marks`) then frees the key of a mutation dropped or
+/// cancelled before any attempt got here (in a bulkhead's queue, waiting for a rate
+/// limiter's turn) instead of keeping it `OUTCOME_UNKNOWN`:
 ///
 /// ```
 /// use serde_json::json;
@@ -108,6 +117,11 @@ where
     #[inline(always)]
     fn call(&mut self, req: Req) -> Self::Future {
         let attempt_id = req.attempt_id();
+        // The attempt reaches the tool here: a claim on the call learns that its work may
+        // have started.
+        if let Some(state) = req.call_state() {
+            state.mark_started();
+        }
         AttemptFuture {
             inner: self.inner.call(req),
             attempt_id,

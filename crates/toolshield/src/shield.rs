@@ -316,7 +316,10 @@ fn tool_layers(
         _ => collect(
             &mut p,
             &format!("{path}.idempotency"),
-            IdempotencyLayer::with_store(tool.idempotency.clone(), kept.idempotency_store.clone()),
+            // Every stack the shield builds marks where an attempt reaches the tool
+            // (`AttemptProvenanceLayer` right above it, a fallback tier, an injected fault).
+            IdempotencyLayer::with_store(tool.idempotency.clone(), kept.idempotency_store.clone())
+                .map(IdempotencyLayer::with_attempt_marks),
         ),
     };
     let retry = match previous {
