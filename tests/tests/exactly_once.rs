@@ -1,7 +1,7 @@
 //! The randomized exactly-once checker.
 //!
 //! Many tasks call one mutating tool through three stacks that share one idempotency
-//! store, with duplicates (fresh requests with the same key and clones of one request),
+//! store (one of them marking its attempts, behind a queue), with duplicates (fresh requests with the same key and clones of one request),
 //! callers that give up (cancellation at any await), tools that are slow past their lease,
 //! fail, time out after their effect, or hang, and store faults injected by a seeded
 //! [`FaultPlan`] (failures, delays, writes applied before their reply was lost, writes
@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::sleep;
+use toolshield::provenance::AttemptProvenanceLayer;
 use toolshield_core::faults::{Fault, FaultPlan};
 use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse};
 use toolshield_idempotency::testing::FaultyStore;
@@ -198,6 +199,34 @@ fn tool(ledger: &Arc<Ledger>, rng: &Arc<Mutex<fastrand::Rng>>, scenario: Arc<Sce
 
 // ----- one run -----
 
+/// Holds half the calls for a random wait of up to `max` (a bulkhead's queue, a rate
+/// limiter's turn) before handing them on.
+fn queued<S>(inner: S, rng: &Arc<Mutex<fastrand::Rng>>, max: Duration) -> Svc
+where
+    S: tower::Service<ToolRequest, Response = ToolResponse, Error = ToolError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let rng = Arc::clone(rng);
+    BoxCloneService::new(service_fn(move |req: ToolRequest| {
+        let inner = inner.clone();
+        let wait = {
+            let mut g = rng.lock().unwrap_or_else(|e| e.into_inner());
+            if g.bool() {
+                Duration::ZERO
+            } else {
+                max.mul_f64(g.f64())
+            }
+        };
+        async move {
+            sleep(wait).await;
+            inner.oneshot(req).await
+        }
+    }))
+}
+
 struct Run {
     seed: u64,
     keys: usize,
@@ -225,12 +254,20 @@ async fn run(r: Run, stores: Vec<Arc<dyn IdempotencyStore>>, plan: FaultPlan) ->
             ..r.config.clone()
         };
         let layer = IdempotencyLayer::with_store(cfg, store).expect("valid config");
+        let tool = tool(&ledger, &rng, Arc::clone(&r.scenario));
+        // The second stack marks its attempts, as the shield's do: a queue in front (a
+        // random wait, as in a bulkhead), the mark right above the tool, and the layer
+        // told so, which frees the key of a call dropped in the queue.
+        let (layer, inner) = if i == 1 {
+            let marked = AttemptProvenanceLayer::new().layer(tool);
+            let timed = TimeoutLayer::new(r.attempt_timeout).layer(marked);
+            let wait = r.attempt_timeout / 2;
+            (layer.with_attempt_marks(), queued(timed, &rng, wait))
+        } else {
+            let timed = TimeoutLayer::new(r.attempt_timeout).layer(tool);
+            (layer, BoxCloneService::new(timed))
+        };
         let handle = layer.handle();
-        let inner = TimeoutLayer::new(r.attempt_timeout).layer(tool(
-            &ledger,
-            &rng,
-            Arc::clone(&r.scenario),
-        ));
         stacks.push((BoxCloneService::new(layer.layer(inner)), handle));
     }
 
