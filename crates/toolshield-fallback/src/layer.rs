@@ -153,6 +153,12 @@ where
     /// The last resort when every tier failed: the hook decides to abort, skip with a
     /// substitute result, or retry the tiers (at most `max_escalations` times per call,
     /// default 1; see [`max_escalations`](Self::max_escalations)).
+    ///
+    /// The hook is asked only after a tier took the failure and failed too: an error no
+    /// tier's predicate takes goes back as it was, unasked. A chain with a hook and no
+    /// tiers therefore never asks it (building one logs a warning); for a substitute
+    /// result on the primary's failure, as Polly's fallback action gives, add a tier
+    /// that returns it.
     #[must_use]
     pub fn escalate<F, Fut>(self, hook: F) -> Self
     where
@@ -175,6 +181,13 @@ impl<S, Req, Res> Layer<S> for FallbackLayer<Req, Res> {
     type Service = Fallback<S, Req, Res>;
 
     fn layer(&self, inner: S) -> Fallback<S, Req, Res> {
+        if self.shared.tiers.is_empty() && self.shared.escalate.is_some() {
+            tracing::warn!(
+                target: "toolshield::fallback",
+                "a fallback chain with an escalation hook and no tiers never asks the hook: \
+                 add a tier (one that returns a substitute result, say)"
+            );
+        }
         Fallback::new(inner, self.shared.clone())
     }
 }
