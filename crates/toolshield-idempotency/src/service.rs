@@ -881,6 +881,15 @@ where
                         guard.on_drop = OnDrop::Nothing;
                     }
                 }
+                if unsent && e.kind() == ErrorKind::OutcomeUnknown {
+                    // The claim was lost (or could not be kept) while the call still
+                    // waited below it: nothing ran, and the caller is not told otherwise.
+                    return Err(ToolError::new(
+                        ErrorKind::StoreUnavailable,
+                        format!("call of `{tool}` could not keep its idempotency claim while it waited; it was not started"),
+                    )
+                    .with_source(e));
+                }
                 Err(e)
             }
             Err(e) => {

@@ -155,3 +155,39 @@ async fn a_claim_nested_in_another_calls_passes_its_marks_on() {
     assert_eq!(e.kind(), ErrorKind::OutcomeUnknown, "{e:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "never sent again");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_mutation_whose_claim_lapses_before_the_tool_is_not_told_outcome_unknown() {
+    use toolshield_core::faults::{Fault, FaultPlan};
+    use toolshield_idempotency::testing::FaultyStore;
+    use toolshield_idempotency::InMemoryIdempotencyStore;
+
+    let runs = Arc::new(AtomicU32::new(0));
+    // Every renewal fails: the call, still waiting below its claim, is abandoned a
+    // quarter-lease before the lease ends.
+    let plan = FaultPlan::new();
+    plan.always("renew", Fault::Fail);
+    let store = Arc::new(FaultyStore::new(
+        Arc::new(InMemoryIdempotencyStore::new()),
+        plan.clone(),
+    ));
+    let cfg = IdempotencyConfig {
+        lease: Duration::from_secs(4),
+        ..IdempotencyConfig::default()
+    };
+    let svc: Svc = BoxCloneService::new(
+        IdempotencyLayer::with_store(cfg, store)
+            .expect("config")
+            .with_attempt_marks()
+            .layer(below(Duration::from_secs(10), Duration::ZERO, &runs)),
+    );
+    let e = svc.clone().oneshot(order()).await.expect_err("abandoned");
+    assert_eq!(e.kind(), ErrorKind::StoreUnavailable, "nothing ran: {e:?}");
+    assert!(e.message().contains("was not started"), "{e:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // The key was freed: once the store renews again, the order runs.
+    plan.clear();
+    let res = svc.oneshot(order()).await.expect("the key is free");
+    assert!(!res.provenance.replayed);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
