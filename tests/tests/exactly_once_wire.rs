@@ -447,10 +447,7 @@ mod mcp {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mutation_runs_at_most_once_when_connections_break_after_the_request_was_sent() {
-    let seeds = std::env::var("TOOLSHIELD_CHECKER_WIRE_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3u64);
+    let seeds = toolshield_test::seeds_from_env("TOOLSHIELD_CHECKER_WIRE_SEEDS", 3);
     let mut all = Vec::new();
     for seed in 1..=seeds {
         all.extend(run(seed).await);

@@ -369,10 +369,7 @@ async fn run(seed: u64) -> (usize, HashMap<&'static str, usize>) {
 }
 
 fn seeds() -> std::ops::Range<u64> {
-    let n = std::env::var("TOOLSHIELD_SHIELD_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
+    let n = toolshield_test::seeds_from_env("TOOLSHIELD_SHIELD_SEEDS", 24);
     1..1 + n
 }
 

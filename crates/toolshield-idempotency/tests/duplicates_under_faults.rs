@@ -310,10 +310,7 @@ async fn one_seed(seed: u64) -> Vec<String> {
 
 #[tokio::test(start_paused = true)]
 async fn duplicates_of_one_key_under_store_faults_keep_exactly_once() {
-    let seeds: u64 = std::env::var("TOOLSHIELD_DUPLICATES_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(40);
+    let seeds: u64 = toolshield_test::seeds_from_env("TOOLSHIELD_DUPLICATES_SEEDS", 40);
     let mut violations = Vec::new();
     for seed in 1..=seeds {
         violations.extend(one_seed(seed).await);

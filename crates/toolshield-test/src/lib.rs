@@ -17,7 +17,7 @@ pub use call::{block_on, call, call_blocking, call_now, drive, polls_to_finish, 
 pub use config::problem_fields;
 pub use counting::{counting_tool, CountingTool};
 pub use logs::LogCapture;
-pub use rng::Rng;
+pub use rng::{seeds_from_env, Rng};
 pub use script::{gaps, ScriptedTool, Seen};
 
 /// A boxed, cloneable tool service: what most helpers of this crate return, and what a

@@ -38,3 +38,16 @@ impl Rng {
         Duration::from_millis(self.below(max.saturating_add(1)))
     }
 }
+
+/// How many seeds a randomized checker runs: the number in the environment variable
+/// `var` (a long run sets it), else `default` (what CI runs).
+///
+/// ```
+/// assert_eq!(toolshield_test::seeds_from_env("TOOLSHIELD_NO_SUCH_SEEDS", 16), 16);
+/// ```
+pub fn seeds_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -389,10 +389,7 @@ async fn one_seed(seed: u64) -> Vec<String> {
 
 #[tokio::test(start_paused = true)]
 async fn queued_mutations_given_up_at_random_take_effect_once_and_are_unknown_only_if_sent() {
-    let seeds: u64 = std::env::var("TOOLSHIELD_NEVER_SENT_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
+    let seeds: u64 = toolshield_test::seeds_from_env("TOOLSHIELD_NEVER_SENT_SEEDS", 16);
     let mut violations = Vec::new();
     for seed in 1..=seeds {
         violations.extend(one_seed(seed).await);
