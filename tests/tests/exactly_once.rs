@@ -1,7 +1,7 @@
 //! The randomized exactly-once checker.
 //!
 //! Many tasks call one mutating tool through three stacks that share one idempotency
-//! store (one of them marking its attempts, behind a queue), with duplicates (fresh requests with the same key and clones of one request),
+//! store (one of them marking its attempts, behind a retry and a queue), with duplicates (fresh requests with the same key and clones of one request),
 //! callers that give up (cancellation at any await), tools that are slow past their lease,
 //! fail, time out after their effect, or hang, and store faults injected by a seeded
 //! [`FaultPlan`] (failures, delays, writes applied before their reply was lost, writes
@@ -42,6 +42,7 @@ use toolshield_idempotency::{
     IdempotencyConfig, IdempotencyHandle, IdempotencyLayer, IdempotencyStore,
     InMemoryIdempotencyStore, OnPending,
 };
+use toolshield_retry::RetryLayer;
 use toolshield_timeout::TimeoutLayer;
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
@@ -262,7 +263,11 @@ async fn run(r: Run, stores: Vec<Arc<dyn IdempotencyStore>>, plan: FaultPlan) ->
             let marked = AttemptProvenanceLayer::new().layer(tool);
             let timed = TimeoutLayer::new(r.attempt_timeout).layer(marked);
             let wait = r.attempt_timeout / 2;
-            (layer.with_attempt_marks(), queued(timed, &rng, wait))
+            // And a retry above the queue, as in the shield: a refused attempt (nothing
+            // ran) undoes its mark, so a call dropped while it waits to retry frees its
+            // key too.
+            let retried = RetryLayer::new(3).layer(queued(timed, &rng, wait));
+            (layer.with_attempt_marks(), BoxCloneService::new(retried))
         } else {
             let timed = TimeoutLayer::new(r.attempt_timeout).layer(tool);
             (layer, BoxCloneService::new(timed))

@@ -75,6 +75,16 @@ pub trait ResumeSink: Send + Sync + 'static {
     /// ([`Resume::mark_started`]): from then on the work may have started. The default
     /// ignores it.
     fn mark_started(&self) {}
+
+    /// Told that a retry is about to send its first attempt
+    /// ([`Resume::retry_begins`]): the sink remembers whether the work may have started
+    /// before it. The default ignores it.
+    fn retry_begins(&self) {}
+
+    /// Told that the retry's last attempt ended with a failure showing it took no effect
+    /// ([`Resume::attempt_refused`]): the work is as it was when the retry began. The
+    /// default ignores it.
+    fn attempt_refused(&self) {}
 }
 
 /// The per-call resume handle, part of a [`CallState`](crate::CallState) when a layer
@@ -113,6 +123,22 @@ impl Resume {
     /// that a call dropped or cancelled before any mark ran nothing, and frees its key.
     pub fn mark_started(&self) {
         self.sink.mark_started();
+    }
+
+    /// Tells the claim that a retry is about to send the call's first attempt: whatever
+    /// its attempts mark from now on, they can undo with
+    /// [`attempt_refused`](Self::attempt_refused).
+    pub fn retry_begins(&self) {
+        self.sink.retry_begins();
+    }
+
+    /// Tells the claim that the retry's last attempt ended with a failure showing it
+    /// took no effect (`CONNECTION_FAILED`, `UPSTREAM_UNAVAILABLE`, `RATE_LIMITED`,
+    /// `OVERLOADED`: a refusal, which the idempotency layer also frees a key on): the
+    /// marks its attempts made are undone, as none of them ran. A mutation dropped while
+    /// it waits to be tried again then frees its key.
+    pub fn attempt_refused(&self) {
+        self.sink.attempt_refused();
     }
 }
 

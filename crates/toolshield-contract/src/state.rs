@@ -303,6 +303,23 @@ impl CallState {
             resume.mark_started();
         }
     }
+
+    /// Tells the call's claim, if a layer holds one, that a retry is about to send the
+    /// call's first attempt ([`Resume::retry_begins`]); nothing otherwise.
+    #[inline]
+    pub fn retry_begins(&self) {
+        if let Some(resume) = &self.resume {
+            resume.retry_begins();
+        }
+    }
+
+    /// Tells the call's claim, if a layer holds one, that the retry's last attempt was
+    /// refused and took no effect ([`Resume::attempt_refused`]); nothing otherwise.
+    pub fn attempt_refused(&self) {
+        if let Some(resume) = &self.resume {
+            resume.attempt_refused();
+        }
+    }
 }
 
 /// [`CallState::own`] on the state `req` carries, for a layer that guards an attempt

@@ -626,6 +626,11 @@ struct ClaimResume {
     /// its attempts. Written and read by the task that runs the call (a drop is never
     /// concurrent with a poll), so relaxed ordering suffices.
     started: AtomicBool,
+    /// Whether the stack marks its attempts (`started` is then the marks' to set).
+    marks: bool,
+    /// `started` when a retry below began its attempts ([`ResumeSink::retry_begins`]):
+    /// what a refused attempt goes back to.
+    before_retry: AtomicBool,
     /// The handle of a claim this call runs under (a shielded stack used as a fallback
     /// tier, or nested in another's tool), told of every start too.
     outer: Option<Resume>,
@@ -646,6 +651,20 @@ impl ResumeSink for ClaimResume {
         self.started.store(true, Ordering::Relaxed);
         if let Some(outer) = &self.outer {
             outer.mark_started();
+        }
+    }
+
+    // Only this claim's own view goes back: an outer claim may have been marked by
+    // something this retry knows nothing of (a fallback tier above it).
+    fn retry_begins(&self) {
+        self.before_retry
+            .store(self.started.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    fn attempt_refused(&self) {
+        if self.marks {
+            self.started
+                .store(self.before_retry.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 
@@ -716,6 +735,8 @@ where
             owner: guard.owner.clone(),
             from: c.resume.take(),
             started: AtomicBool::new(!c.attempt_marks),
+            marks: c.attempt_marks,
+            before_retry: AtomicBool::new(!c.attempt_marks),
             outer: req.call_state().and_then(CallState::resume).cloned(),
         });
         if let Some(state) = req.call_state_mut() {

@@ -225,6 +225,14 @@ where
     let Some(request) = request else {
         return Next::Done;
     };
+    // A refusal (nothing ran) undoes the attempt's mark on the call's claim, whether or
+    // not another attempt follows: a mutation dropped while it waits, or cancelled
+    // meanwhile, ran nothing.
+    if failure.kind.is_retriable() && !failure.kind.may_have_taken_effect() {
+        if let Some(state) = request.call_state() {
+            state.attempt_refused();
+        }
+    }
     // A mutation that may have taken effect (a timeout after it was sent) is not sent
     // again, key or not: the tool may not dedupe on the key, and the idempotency layer
     // outside records the call's outcome as unknown.

@@ -100,8 +100,13 @@ where
         if let Some(budget) = &self.shared.budget {
             budget.deposit();
         }
-        if retry_req.is_some() {
+        if let Some(copy) = &retry_req {
             self.shared.keep_template(&self.inner);
+            // A claim on the call (a mutation's idempotency key) learns where this
+            // retry's attempts begin, so a refused attempt can undo its mark.
+            if let Some(state) = copy.call_state() {
+                state.retry_begins();
+            }
         }
         let future = self.inner.call(req);
         ResponseFuture::new(future, retry_req, Arc::clone(&self.shared))
