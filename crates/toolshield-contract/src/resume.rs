@@ -135,8 +135,9 @@ impl Resume {
     /// Tells the claim that the retry's last attempt ended with a failure showing it
     /// took no effect (`CONNECTION_FAILED`, `UPSTREAM_UNAVAILABLE`, `RATE_LIMITED`,
     /// `OVERLOADED`: a refusal, which the idempotency layer also frees a key on): the
-    /// marks its attempts made are undone, as none of them ran. A mutation dropped while
-    /// it waits to be tried again then frees its key.
+    /// marks made since [`retry_begins`](Self::retry_begins) are undone, as none of those
+    /// attempts ran (with no `retry_begins` before it, nothing is undone). A mutation
+    /// dropped while it waits to be tried again then frees its key.
     pub fn attempt_refused(&self) {
         self.sink.attempt_refused();
     }

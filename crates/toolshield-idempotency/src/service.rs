@@ -629,7 +629,8 @@ struct ClaimResume {
     /// Whether the stack marks its attempts (`started` is then the marks' to set).
     marks: bool,
     /// `started` when a retry below began its attempts ([`ResumeSink::retry_begins`]):
-    /// what a refused attempt goes back to.
+    /// what a refused attempt goes back to (`true` until a retry began: a refusal
+    /// reported without it undoes nothing).
     before_retry: AtomicBool,
     /// The handle of a claim this call runs under (a shielded stack used as a fallback
     /// tier, or nested in another's tool), told of every start too.
@@ -736,7 +737,8 @@ where
             from: c.resume.take(),
             started: AtomicBool::new(!c.attempt_marks),
             marks: c.attempt_marks,
-            before_retry: AtomicBool::new(!c.attempt_marks),
+            // Until a retry says where its attempts begin, a refusal undoes nothing.
+            before_retry: AtomicBool::new(true),
             outer: req.call_state().and_then(CallState::resume).cloned(),
         });
         if let Some(state) = req.call_state_mut() {

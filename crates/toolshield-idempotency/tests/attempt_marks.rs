@@ -191,3 +191,22 @@ async fn a_mutation_whose_claim_lapses_before_the_tool_is_not_told_outcome_unkno
     assert!(!res.provenance.replayed);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_reported_without_a_retry_beginning_undoes_nothing() {
+    // A service below that marks its attempt, then reports a refusal although no retry
+    // said where its attempts began, and goes on running: the mark stays.
+    let svc: Svc =
+        BoxCloneService::new(layer(true).layer(service_fn(|req: ToolRequest| async move {
+            if let Some(state) = toolshield_core::ShieldRequest::call_state(&req) {
+                state.mark_started();
+                state.attempt_refused();
+            }
+            sleep(Duration::from_secs(5)).await;
+            Ok::<_, ToolError>(ToolResponse::new(json!({ "charged": true })))
+        })));
+    let e = drop_then_again(&svc, Duration::from_secs(1))
+        .await
+        .expect_err("it may have charged");
+    assert_eq!(e.kind(), ErrorKind::OutcomeUnknown, "{e:?}");
+}
