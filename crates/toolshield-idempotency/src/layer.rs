@@ -81,8 +81,9 @@ impl IdempotencyLayer {
     /// do a fallback tier and an injected fault). The stacks the shield builds are marked.
     ///
     /// With the marks, a `Mutating` call that ends before any attempt reached the tool
-    /// (dropped or cancelled while it waited in a bulkhead's queue, for a rate limiter's
-    /// turn or between attempts; a `TIMEOUT` before it was sent) ran nothing: its key is
+    /// (dropped or cancelled while it waited in a bulkhead's queue or for a rate
+    /// limiter's turn, or while a retry waited after attempts that were all refused; a
+    /// `TIMEOUT` before it was sent) ran nothing: its key is
     /// freed, as after a refusal, and a waiting duplicate or a later call runs it. Without
     /// them (the default) the layer cannot tell a call still queued from one already
     /// sent, and keeps any such call `OUTCOME_UNKNOWN`.
