@@ -172,14 +172,13 @@ const SHA256_H0: [u32; 8] = [
     0x5be0_cd19,
 ];
 
-/// Hashes `blocks` (a whole number of 64-byte blocks) into `state`.
+/// Hashes `blocks` (a whole number of 64-byte blocks) into `state`, in one call of the
+/// compression function: the state is loaded into registers once for all the blocks.
 #[inline]
 fn compress_blocks(state: &mut [u32; 8], blocks: &[u8]) {
-    use sha2::digest::generic_array::GenericArray;
-    debug_assert!(blocks.len().is_multiple_of(BLOCK));
-    for block in blocks.chunks_exact(BLOCK) {
-        sha2::compress256(state, std::slice::from_ref(GenericArray::from_slice(block)));
-    }
+    let (whole, rest) = blocks.as_chunks::<BLOCK>();
+    debug_assert!(rest.is_empty());
+    sha2::block_api::compress256(state, whole);
 }
 
 impl BufferedHasher {
@@ -323,7 +322,8 @@ impl BufferedHasher {
 }
 
 /// Copies `src` into `dst` (the same length, at most 16 bytes) with fixed-size moves: the
-/// first and last 8 (or 4) bytes, overlapping in the middle, or byte by byte below 4.
+/// first and last 8 (4, 2) bytes, overlapping in the middle, or the one byte (a byte loop
+/// here would become a call to `memcpy`).
 #[inline]
 fn copy_short(dst: &mut [u8], src: &[u8]) {
     let n = src.len();
@@ -334,10 +334,11 @@ fn copy_short(dst: &mut [u8], src: &[u8]) {
     } else if n >= 4 {
         copy_fixed::<4>(dst, src, 0);
         copy_fixed::<4>(dst, src, n - 4);
+    } else if n >= 2 {
+        copy_fixed::<2>(dst, src, 0);
+        copy_fixed::<2>(dst, src, n - 2);
     } else {
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = *s;
-        }
+        copy_fixed::<1>(dst, src, 0);
     }
 }
 
@@ -422,18 +423,16 @@ fn write_canonical<S: Sink>(
         return Err(NoCanonicalForm::TooDeep);
     }
     match value {
-        Value::Null => out.put(b"null"),
-        Value::Bool(true) => out.put(b"true"),
-        Value::Bool(false) => out.put(b"false"),
-        Value::Number(n) => write_number(n, out)?,
-        Value::String(s) => write_string(s, out),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {
+            write_value(value, out, depth)?
+        }
         Value::Array(items) => {
             out.put_byte(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.put_byte(b',');
                 }
-                write_canonical(item, out, depth + 1)?;
+                write_value(item, out, depth + 1)?;
             }
             out.put_byte(b']');
         }
@@ -451,6 +450,22 @@ fn write_canonical<S: Sink>(
             }
             out.put_byte(b'}');
         }
+    }
+    Ok(())
+}
+
+/// Writes `value`, `depth` arrays and objects deep: a scalar here, an array or object
+/// through [`write_canonical`]. Inlined into the loops over members and items, so the
+/// scalars most members hold cost no call of their own.
+#[inline(always)]
+fn write_value<S: Sink>(value: &Value, out: &mut S, depth: usize) -> Result<(), NoCanonicalForm> {
+    match value {
+        Value::Null => out.put(b"null"),
+        Value::Bool(true) => out.put(b"true"),
+        Value::Bool(false) => out.put(b"false"),
+        Value::Number(n) => write_number(n, out)?,
+        Value::String(s) => write_str(s, false, out),
+        Value::Array(_) | Value::Object(_) => write_canonical(value, out, depth)?,
     }
     Ok(())
 }
@@ -484,7 +499,7 @@ fn write_member<S: Sink>(
     }
     *first = false;
     write_str(key, true, out);
-    write_canonical(value, out, depth + 1)
+    write_value(value, out, depth + 1)
 }
 
 /// Writes the members of a map that iterates in byte order of its keys (serde_json's
@@ -688,11 +703,6 @@ fn any_needs_escape(bytes: &[u8]) -> bool {
 #[inline]
 fn any_non_ascii(bytes: &[u8]) -> bool {
     any_word(bytes, |v| v & HIGH != 0, |b| b >= 0x80)
-}
-
-/// Writes a string value.
-fn write_string<S: Sink>(s: &str, out: &mut S) {
-    write_str(s, false, out);
 }
 
 /// Writes `s` as a JSON string, followed by a colon when it is a key (`colon`).
