@@ -329,11 +329,11 @@ impl ToolError {
         message: impl Into<Cow<'static, str>>,
         retry_after: Option<Duration>,
     ) -> Self {
-        let mut e = Self::new(ErrorKind::RateLimited, message);
-        if retry_after.is_some() {
-            e.details_mut().retry_after = retry_after;
+        let e = Self::new(ErrorKind::RateLimited, message);
+        match retry_after {
+            Some(wait) => e.with_retry_after(wait),
+            None => e,
         }
-        e
     }
 
     /// `EXECUTION_FAILED`.
@@ -369,10 +369,12 @@ impl ToolError {
         self
     }
 
-    /// Sets how long the caller should wait before calling again.
+    /// Sets how long the caller should wait before calling again. A wait longer than
+    /// [`MAX_DURATION`](crate::config::MAX_DURATION) (366 days) is kept as that, as a
+    /// `Retry-After` header's is.
     #[must_use]
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
-        self.details_mut().retry_after = Some(retry_after);
+        self.details_mut().retry_after = Some(retry_after.min(crate::config::MAX_DURATION));
         self
     }
 
@@ -864,6 +866,25 @@ mod tests {
             assert_eq!(source.to_string(), "reset");
         }
         assert!(format!("{copy:?}").contains("retry_after"));
+    }
+
+    #[test]
+    fn a_wait_beyond_a_year_is_kept_as_the_longest_wait_any_header_gives() {
+        let max = crate::config::MAX_DURATION;
+        for e in [
+            ToolError::rate_limited("slow down", Some(Duration::MAX)),
+            ToolError::new(ErrorKind::Overloaded, "busy").with_retry_after(Duration::MAX),
+        ] {
+            assert_eq!(e.retry_after(), Some(max));
+        }
+        let text = ToolError::rate_limited("slow down", Some(Duration::MAX)).for_model("search");
+        assert!(
+            text.contains(&format!("Wait {} seconds", max.as_secs())),
+            "{text}"
+        );
+        // A wait within the bound is kept as given.
+        let e = ToolError::rate_limited("slow down", Some(Duration::from_millis(1_500)));
+        assert_eq!(e.retry_after(), Some(Duration::from_millis(1_500)));
     }
 
     #[test]
