@@ -188,6 +188,16 @@ pub(crate) async fn no_key() -> Refusal {
     )
 }
 
+/// A path with an empty action or a trailing slash (`/admin/breakers/{key}/`,
+/// `/admin/breakers/{key}/{action}/`): a JSON 404 naming the routes, behind the token like
+/// every admin route, rather than the application's fallback.
+pub(crate) async fn no_action() -> Refusal {
+    refuse(
+        StatusCode::NOT_FOUND,
+        "no such admin route: use GET /admin/breakers/{key} or POST /admin/breakers/{key}/{action} (open, close, metrics-only or reset), without a trailing slash",
+    )
+}
+
 /// The path parameters of an admin route, or a JSON 400 when they cannot be decoded (a
 /// key that is not UTF-8 once percent-decoded, for instance).
 fn path_params<T>(path: Result<Path<T>, PathRejection>) -> Result<T, Refusal> {

@@ -261,9 +261,14 @@ impl ShieldRouter {
                         "/admin/breakers/{key}/{action}/{*rest}",
                         any(admin::too_deep),
                     )
-                    // An empty key matches no route above: a JSON 404 here too.
+                    // An empty key, an empty action or a trailing slash matches no
+                    // route above (a parameter never matches an empty segment): a JSON
+                    // 404 here too, behind the token.
                     .route("/admin/breakers/", any(admin::no_key))
-                    .route("/admin/breakers//{*rest}", any(admin::no_key));
+                    .route("/admin/breakers//", any(admin::no_key))
+                    .route("/admin/breakers//{*rest}", any(admin::no_key))
+                    .route("/admin/breakers/{key}/", any(admin::no_action))
+                    .route("/admin/breakers/{key}/{action}/", any(admin::no_action));
             }
             if reloads {
                 admin = admin.route(

@@ -55,8 +55,13 @@ struct Cli {
     /// Print the server's JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
-    /// Request timeout in seconds.
-    #[arg(long, default_value_t = 10, global = true)]
+    /// Request timeout in seconds (1 to 86,400).
+    #[arg(
+        long,
+        default_value_t = 10,
+        global = true,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS)
+    )]
     timeout: u64,
     #[command(subcommand)]
     command: Command,
@@ -173,13 +178,43 @@ where
 
 type Failure = (i32, String);
 
+/// The longest `--timeout` (a day): an admin request that needs longer is not answering.
+const MAX_TIMEOUT_SECS: u64 = 86_400;
+
+/// Why `base` (the `--url` without trailing slashes) cannot be the admin API's address,
+/// if it cannot: not http(s), no host, a port that is not a number from 0 to 65535, or
+/// anything else the HTTP client could not parse. Such a URL is a usage error, not an
+/// unreachable server.
+fn url_problem(base: &str) -> Option<&'static str> {
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Some("expected http://host:port");
+    }
+    let Ok(uri) = base.parse::<ureq::http::Uri>() else {
+        return Some("not a URL");
+    };
+    let Some(authority) = uri.authority() else {
+        return Some("no host");
+    };
+    if uri.host().is_none_or(str::is_empty) {
+        return Some("no host");
+    }
+    // The port, where one is written: after the last `:` that is not inside an IPv6
+    // literal's brackets.
+    let hostport = authority.as_str().rsplit('@').next().unwrap_or_default();
+    let port = match hostport.rfind([':', ']']) {
+        Some(i) if hostport.as_bytes().get(i) == Some(&b':') => Some(&hostport[i + 1..]),
+        _ => None,
+    };
+    if port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return Some("the port must be a number from 0 to 65535");
+    }
+    None
+}
+
 fn execute(cli: &Cli) -> Result<Value, Failure> {
     let base = cli.url.trim_end_matches('/');
-    if !(base.starts_with("http://") || base.starts_with("https://")) {
-        return Err((
-            EXIT_USAGE,
-            format!("invalid --url `{}`: expected http://host:port", cli.url),
-        ));
+    if let Some(why) = url_problem(base) {
+        return Err((EXIT_USAGE, format!("invalid --url `{}`: {why}", cli.url)));
     }
     // Surrounding whitespace is not part of a token, as on the server (a secret read from
     // a file keeps its newline).
@@ -248,7 +283,9 @@ fn execute(cli: &Cli) -> Result<Value, Failure> {
     let url = format!("{base}{path}");
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(cli.timeout.max(1))))
+        .timeout_global(Some(Duration::from_secs(
+            cli.timeout.clamp(1, MAX_TIMEOUT_SECS),
+        )))
         .build()
         .into();
     let auth = format!("Bearer {token}");

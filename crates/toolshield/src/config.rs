@@ -413,6 +413,9 @@ pub(crate) fn quoted_name(name: &str) -> String {
 pub(crate) fn reserved_name(name: &str) -> Option<&'static str> {
     match name {
         "other" => Some("`other` is reserved: the metrics label of unregistered tools"),
+        // The admin API's `/admin/breakers/all/{action}` acts on every breaker: a tool of
+        // that name could not be acted on alone.
+        "all" => Some("`all` is reserved: the admin API's key for every breaker"),
         // `ReloadSummary` (`changed`, `breaker_settings_kept`) names the defaults section
         // `defaults` among tool names: a tool of that name would make an entry mean either.
         "defaults" => Some(

@@ -143,11 +143,15 @@ fn json_works_too_and_unknown_sections_are_named() {
 #[test]
 fn blank_and_reserved_tool_names_are_rejected_when_loading() {
     let err =
-        ShieldConfig::from_toml_str("[tools.\" \"]\n[tools.other]\n[tools.ok]\n").unwrap_err();
+        ShieldConfig::from_toml_str("[tools.\" \"]\n[tools.other]\n[tools.all]\n[tools.ok]\n")
+            .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("must not be empty or blank"), "{text}");
     assert!(text.contains("tools.other: `other` is reserved"), "{text}");
-    assert_eq!(err.problems().len(), 2, "{text}");
+    // The admin API's key for every breaker: a tool of that name could not be acted on
+    // alone.
+    assert!(text.contains("tools.all: `all` is reserved"), "{text}");
+    assert_eq!(err.problems().len(), 3, "{text}");
 }
 
 #[test]

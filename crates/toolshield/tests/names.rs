@@ -158,10 +158,11 @@ async fn a_tool_named_like_the_default_registry_gets_its_own_breaker_settings() 
     assert_eq!(summary.new_registries.len(), 1, "{summary:?}");
 }
 
-/// `other` (the metrics label of unregistered tools) and `defaults` (the defaults
-/// section's name in reload summaries) are refused as route names, as they are as
-/// configuration sections: a route under either would share its series or its summary
-/// entries with what the reserved name stands for.
+/// `other` (the metrics label of unregistered tools), `defaults` (the defaults
+/// section's name in reload summaries) and `all` (the admin API's key for every breaker)
+/// are refused as route names, as they are as configuration sections: a route under one
+/// would share its series, its summary entries or its admin actions with what the
+/// reserved name stands for.
 #[test]
 fn a_router_refuses_the_reserved_names_as_tools_and_servers() {
     let shield = Shield::from_config(ShieldConfig::default()).expect("shield");
@@ -171,11 +172,13 @@ fn a_router_refuses_the_reserved_names_as_tools_and_servers() {
         .tool("defaults", echo())
         .server("other", echo())
         .server("defaults", echo())
+        .tool("all", echo())
+        .server("all", echo())
         .tool("fine", echo())
         .build()
         .expect_err("refused");
     let text = err.to_string();
-    assert_eq!(err.problems().len(), 4, "{text}");
+    assert_eq!(err.problems().len(), 6, "{text}");
     assert!(text.contains("reserved"), "{text}");
 }
 
