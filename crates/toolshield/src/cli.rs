@@ -508,3 +508,39 @@ fn write_table(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::url_problem;
+
+    #[test]
+    fn an_address_with_a_host_and_a_port_that_fits_is_accepted() {
+        for url in [
+            "http://127.0.0.1:8080",
+            "https://admin.example.com",
+            "http://[::1]:8080",
+            "http://[::1]",
+            "http://user@host:65535",
+            "http://host:0/prefix",
+        ] {
+            assert_eq!(url_problem(url), None, "{url}");
+        }
+    }
+
+    #[test]
+    fn an_address_that_cannot_be_dialled_is_named_a_usage_problem() {
+        for url in [
+            "ftp://host",
+            "http://",
+            "http://:8080",
+            "http://host:",
+            "http://host:65536",
+            "http://host:port",
+            "http://[::1]:99999",
+            "http://exa mple.com",
+            "http://[::1",
+        ] {
+            assert!(url_problem(url).is_some(), "{url}");
+        }
+    }
+}
