@@ -281,6 +281,9 @@ struct Details {
     tool: Option<Arc<str>>,
     origin: Option<Arc<str>>,
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
+    // Made by `from_boxed` from an error of another type: the message is that error's
+    // text, written for its author, not for a caller.
+    foreign: bool,
 }
 
 impl ToolError {
@@ -367,6 +370,18 @@ impl ToolError {
     {
         self.details_mut().source = Some(Arc::new(source));
         self
+    }
+
+    /// Whether this error was made from an error of another type: [`from_boxed`]
+    /// (and so [`IntoToolError`]) found no `ToolError` in it, and its message is that
+    /// error's text, written for its author (a driver's error may name hosts, databases or
+    /// credentials). An edge that answers a remote client shows such a message only in
+    /// its own logs ([`toolshield-axum`'s `error_response`] does).
+    ///
+    /// [`from_boxed`]: ToolError::from_boxed
+    /// [`toolshield-axum`'s `error_response`]: https://docs.rs/toolshield-axum
+    pub fn is_foreign(&self) -> bool {
+        self.details().is_some_and(|d| d.foreign)
     }
 
     /// Sets how long the caller should wait before calling again. A wait longer than
@@ -594,6 +609,7 @@ impl ToolError {
             message: Cow::Owned(source_text(&*error)),
             details: Some(Box::new(Details {
                 source: Some(Arc::from(error)),
+                foreign: true,
                 ..Details::default()
             })),
         }
@@ -877,14 +893,27 @@ mod tests {
         ] {
             assert_eq!(e.retry_after(), Some(max));
         }
-        let text = ToolError::rate_limited("slow down", Some(Duration::MAX)).for_model("search");
-        assert!(
-            text.contains(&format!("Wait {} seconds", max.as_secs())),
-            "{text}"
-        );
         // A wait within the bound is kept as given.
         let e = ToolError::rate_limited("slow down", Some(Duration::from_millis(1_500)));
         assert_eq!(e.retry_after(), Some(Duration::from_millis(1_500)));
+    }
+
+    #[test]
+    fn an_error_made_from_another_type_says_so_and_a_tool_error_never_does() {
+        use crate::IntoToolError;
+        assert!("db at 10.0.4.7 refused".into_tool_error().is_foreign());
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(io.into_tool_error().is_foreign());
+        let own = ToolError::new(ErrorKind::NotFound, "no such row");
+        assert!(!own.clone().is_foreign());
+        assert!(!own.clone().into_tool_error().is_foreign());
+        // Boxed, or down a chain of sources, a `ToolError` is still the tool's own.
+        let boxed: crate::BoxError = Box::new(own);
+        assert!(!boxed.into_tool_error().is_foreign());
+        assert!(
+            !ToolError::from_source(ErrorKind::ConnectionFailed, std::io::Error::other("x"))
+                .is_foreign()
+        );
     }
 
     #[test]
