@@ -68,14 +68,20 @@ struct ErrorBody {
 }
 
 /// The text a client reads: the error's own message, except for `INTERNAL` (a generic
-/// text) and `OUTCOME_UNKNOWN` (what the client must do).
+/// text), `OUTCOME_UNKNOWN` (what the client must do) and an error made from another
+/// type's ([`ToolError::is_foreign`]: its text was written for its author, not a client).
 fn public_message(error: &ToolError) -> Cow<'static, str> {
     match error.kind() {
         ErrorKind::Internal => Cow::Borrowed(INTERNAL_MESSAGE),
         ErrorKind::OutcomeUnknown => Cow::Borrowed(OUTCOME_UNKNOWN_MESSAGE),
+        _ if error.is_foreign() => Cow::Borrowed(FOREIGN_MESSAGE),
         _ => Cow::Owned(error.message().to_owned()),
     }
 }
+
+/// What a client reads in place of the text of an error that is not a `ToolError` (the
+/// real text is logged).
+const FOREIGN_MESSAGE: &str = "the request failed; the details are in the server's log";
 
 /// Whole seconds, rounded up: a client told "6" after a 6.5 s wait would come back early
 /// and be refused again.
@@ -91,8 +97,10 @@ fn retry_after_secs(wait: Duration) -> u64 {
 /// `content-type: application/json`.
 ///
 /// The message is the error's own, except for `INTERNAL` (a generic text; the real one is
-/// logged) and `OUTCOME_UNKNOWN` (a fixed text telling the client to check before
-/// repeating). `retriable` is [`ErrorKind::is_retriable`]: `false` for `CIRCUIT_OPEN`,
+/// logged), `OUTCOME_UNKNOWN` (a fixed text telling the client to check before
+/// repeating) and an error made from another type than `ToolError`
+/// ([`ToolError::is_foreign`]: a database driver's text may name hosts and credentials;
+/// a generic text, the real one logged). `retriable` is [`ErrorKind::is_retriable`]: `false` for `CIRCUIT_OPEN`,
 /// whose `Retry-After` says when to come back.
 ///
 /// ```
@@ -109,7 +117,7 @@ fn retry_after_secs(wait: Duration) -> u64 {
 pub fn error_response(error: &ToolError) -> Response {
     let kind = error.kind();
     let status = status_for(kind);
-    if matches!(kind, ErrorKind::Internal | ErrorKind::OutcomeUnknown) {
+    if matches!(kind, ErrorKind::Internal | ErrorKind::OutcomeUnknown) || error.is_foreign() {
         tracing::error!(code = kind.code(), error = %error, "answering a request with {status}");
     }
     let body = ErrorBody {
