@@ -19,7 +19,8 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Map, Value};
 use toolshield_core::http_impls::{http_method_kind, http_status_kind, IDEMPOTENCY_KEY_HEADER};
 use toolshield_core::{
-    idempotency_key_of, BoxError, CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse,
+    idempotency_key_of, BoxError, CallKind, ErrorKind, ShieldRequest, ToolError, ToolRequest,
+    ToolResponse,
 };
 use tower_service::Service;
 
@@ -95,7 +96,8 @@ pub fn build_request(payload: &Value) -> Result<BufferedRequest, ToolError> {
     let method = match payload.get("method") {
         None | Some(Value::Null) => Method::GET,
         Some(Value::String(m)) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
-            .map_err(|_| ToolError::invalid_input(format!("invalid http method `{m}`")))?,
+            // Not repeated: the value is the caller's, of any length and content.
+            .map_err(|_| ToolError::invalid_input("`method` is not a valid http method"))?,
         Some(_) => return Err(ToolError::invalid_input("`method` must be a string")),
     };
     let url = payload
@@ -270,6 +272,12 @@ where
         let kind = req.call_kind();
         let http_req = build_request(req.payload()).and_then(|mut http_req| {
             attach_key(&req, &mut http_req)?;
+            // The tool's kind, not the method's, decides what the client below makes of
+            // a connection lost after sending (a GET declared mutating may have taken
+            // effect): the same classification here and in any client or layer below.
+            if let Some(state) = http_req.call_state_mut() {
+                state.set_kind(Some(kind));
+            }
             Ok(http_req)
         });
         let http_req = match http_req {
