@@ -90,6 +90,22 @@ impl TaskCall<'_> {
         )
     }
 
+    /// A mutating call's task whose `tasks/get` failed after the server had answered for
+    /// it: `OUTCOME_UNKNOWN`, never run again.
+    fn lost(&self, task_id: &str, error: &ErrorData) -> ToolError {
+        ToolError::new(
+            ErrorKind::OutcomeUnknown,
+            format!(
+                "mcp task `{}` for `{}` was lost: `tasks/get` failed: {} ({}); the tool is \
+                 not called again, as it may have taken effect",
+                capped(task_id),
+                self.name,
+                capped(&error.message),
+                error.code.0
+            ),
+        )
+    }
+
     fn cancelled(&self, task_id: &str) -> ToolError {
         ToolError::cancelled(format!(
             "mcp call of `{}` cancelled (task `{}` cancelled)",
@@ -204,8 +220,25 @@ impl TaskCall<'_> {
                 Err(ServiceError::McpError(data)) if !known => {
                     return Err(self.not_resumable(&task_id, &data));
                 }
-                // The guard cancels the task: nobody will poll it again.
-                Err(e) => return Err(map_call_error(self.name, e, self.kind)),
+                // A task the server no longer answers for (forgotten, or its polling
+                // refused): a mutation may have taken effect, and must not be run again.
+                Err(ServiceError::McpError(data)) if self.kind == CallKind::Mutating => {
+                    return Err(self.lost(&task_id, &data));
+                }
+                // The guard cancels the task: nobody will poll it again. A mutation's task
+                // was created: a poll answered with something unexpected says nothing of
+                // its effect either.
+                Err(e) => {
+                    let error = map_call_error(self.name, e, self.kind);
+                    if self.kind == CallKind::Mutating && error.kind() == ErrorKind::ExecutionFailed
+                    {
+                        return Err(ToolError::new(
+                            ErrorKind::OutcomeUnknown,
+                            error.message().to_owned(),
+                        ));
+                    }
+                    return Err(error);
+                }
             };
             known = true;
             hint = detailed.task.poll_interval_ms;
@@ -218,11 +251,20 @@ impl TaskCall<'_> {
                     guard.disarm();
                     let result: CallToolResult = serde_json::from_value(Value::Object(result))
                         .map_err(|_| {
-                            ToolError::execution_failed(format!(
-                                "mcp task `{}` for `{}` completed with a malformed result",
-                                capped(&task_id),
-                                self.name
-                            ))
+                            // The tool ran: a mutation's effect is not known from this.
+                            let kind = if self.kind == CallKind::Mutating {
+                                ErrorKind::OutcomeUnknown
+                            } else {
+                                ErrorKind::ExecutionFailed
+                            };
+                            ToolError::new(
+                                kind,
+                                format!(
+                                    "mcp task `{}` for `{}` completed with a malformed result",
+                                    capped(&task_id),
+                                    self.name
+                                ),
+                            )
                         })?;
                     return map_result(self.name, result, self.policy)
                         .map(|res| stamp_task(res, &task_id));
