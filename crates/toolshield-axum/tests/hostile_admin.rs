@@ -12,7 +12,7 @@ use toolshield_breaker::{BreakerRegistry, CircuitState};
 
 use support::serve;
 
-const TOKEN: &str = "hostile-admin-probe-token";
+const TOKEN: &str = "hostile-admin-token";
 
 #[derive(Debug)]
 struct Answer {
