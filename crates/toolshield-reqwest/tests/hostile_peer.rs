@@ -3,8 +3,7 @@
 //! request. The kind of the call (the `ToolRequest`'s, not only the method's) decides what
 //! a lost connection or an oversized answer becomes.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,106 +14,18 @@ use toolshield_core::{CallKind, ErrorKind, ToolError, ToolRequest, ToolResponse}
 use toolshield_http::http_tool_request;
 use toolshield_reqwest::RetryAfter;
 use toolshield_reqwest::{http_tool, Client};
+use toolshield_test::raw_http::{self, Script};
 use tower::ServiceExt;
 
-/// The request heads (lower-cased) the server read.
-type Heads = Arc<Mutex<Vec<String>>>;
-
-/// What the server does once it has read a request's head (and its body).
-#[derive(Clone)]
-enum Script {
-    /// Writes these bytes, then closes.
-    Write(Vec<u8>),
-    /// Writes the head, then chunks of 16 KiB forever (until the client goes away).
-    Endless(&'static str),
-    /// Closes without a byte.
-    Close,
-}
-
-/// Reads one request (head, then `content-length` bytes of body). A blocking server on
-/// its own thread: the crate's tokio has no `io-util`.
-fn read_request(sock: &mut TcpStream) -> Option<String> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match sock.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let len = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        match sock.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-    Some(head)
-}
-
-/// A server that runs `script` on every connection; counts the requests it read.
-async fn serve(script: Script) -> (SocketAddr, Arc<AtomicUsize>, Heads) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = seen.clone();
-    let all: Heads = Arc::default();
-    let heads_of = all.clone();
-    std::thread::spawn(move || {
-        for sock in listener.incoming() {
-            let Ok(mut sock) = sock else { return };
-            let script = script.clone();
-            let counter = counter.clone();
-            let heads = heads_of.clone();
-            std::thread::spawn(move || {
-                let _ = sock.set_read_timeout(Some(Duration::from_secs(20)));
-                let _ = sock.set_write_timeout(Some(Duration::from_secs(20)));
-                let Some(head) = read_request(&mut sock) else {
-                    return;
-                };
-                heads.lock().unwrap().push(head);
-                counter.fetch_add(1, Ordering::SeqCst);
-                match script {
-                    Script::Write(bytes) => {
-                        let _ = sock.write_all(&bytes);
-                        let _ = sock.flush();
-                        // Let the client read before the close.
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Script::Endless(head) => {
-                        if sock.write_all(head.as_bytes()).is_err() {
-                            return;
-                        }
-                        let data = vec![b'x'; 16 * 1024];
-                        loop {
-                            let chunk = format!("{:x}\r\n", data.len());
-                            if sock.write_all(chunk.as_bytes()).is_err()
-                                || sock.write_all(&data).is_err()
-                                || sock.write_all(b"\r\n").is_err()
-                            {
-                                return;
-                            }
-                        }
-                    }
-                    Script::Close => {}
-                }
-                // Dropping the socket closes it.
-            });
-        }
-    });
-    (addr, seen, all)
+/// A server that runs `script` on every connection: its address, how many requests it
+/// read, and their heads (lower-cased).
+async fn serve(script: Script) -> (SocketAddr, Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>) {
+    let server = raw_http::serve(script);
+    (server.addr, server.requests, server.heads)
 }
 
 fn raw(text: &str) -> Script {
-    Script::Write(text.as_bytes().to_vec())
+    Script::raw(text)
 }
 
 fn endless_ok() -> Script {

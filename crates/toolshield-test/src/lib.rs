@@ -9,6 +9,7 @@ mod config;
 mod counting;
 pub mod exposition;
 mod logs;
+pub mod raw_http;
 mod rng;
 mod script;
 
