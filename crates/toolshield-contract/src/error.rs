@@ -384,12 +384,10 @@ impl ToolError {
         self.details().is_some_and(|d| d.foreign)
     }
 
-    /// Sets how long the caller should wait before calling again. A wait longer than
-    /// [`MAX_DURATION`](crate::config::MAX_DURATION) (366 days) is kept as that, as a
-    /// `Retry-After` header's is.
+    /// Sets how long the caller should wait before calling again.
     #[must_use]
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
-        self.details_mut().retry_after = Some(retry_after.min(crate::config::MAX_DURATION));
+        self.details_mut().retry_after = Some(retry_after);
         self
     }
 
@@ -882,20 +880,6 @@ mod tests {
             assert_eq!(source.to_string(), "reset");
         }
         assert!(format!("{copy:?}").contains("retry_after"));
-    }
-
-    #[test]
-    fn a_wait_beyond_a_year_is_kept_as_the_longest_wait_any_header_gives() {
-        let max = crate::config::MAX_DURATION;
-        for e in [
-            ToolError::rate_limited("slow down", Some(Duration::MAX)),
-            ToolError::new(ErrorKind::Overloaded, "busy").with_retry_after(Duration::MAX),
-        ] {
-            assert_eq!(e.retry_after(), Some(max));
-        }
-        // A wait within the bound is kept as given.
-        let e = ToolError::rate_limited("slow down", Some(Duration::from_millis(1_500)));
-        assert_eq!(e.retry_after(), Some(Duration::from_millis(1_500)));
     }
 
     #[test]
